@@ -1,0 +1,68 @@
+# ration - top-level build. `make run` and `make test` are the two commands.
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN    := -std=c11 -Wall -Wextra -Wshadow -Werror
+CPPFLAGS += -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime
+LDLIBS  := -lglpk -lcjson -lm -lpthread
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+ifeq ($(SAN),1)
+CFLAGS  := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+BUILD   := build/san
+else
+BUILD   := build/rel
+endif
+
+# Debian packages the build and tests need; installed when missing.
+DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev pkg-config
+DEPS_STAMP := build/.deps-ok
+
+COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
+COMPILER_OBJ := $(COMPILER_SRC:%.c=$(BUILD)/%.o)
+RUNTIME_SRC  := $(wildcard runtime/*.c)
+RUNTIME_OBJ  := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC     := $(wildcard tests/test_*.c)
+TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+BIN := bin/ration
+LIBCOMPILER := $(BUILD)/libration-compiler.a
+LIBRATION := $(BUILD)/libration.a
+
+.PHONY: all deps run test clean
+all: $(BIN) $(LIBRATION)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	@mkdir -p build && touch $@
+
+$(BUILD)/%.o: %.c compiler/ration.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+
+$(LIBCOMPILER): $(COMPILER_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBRATION): $(RUNTIME_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+$(BIN): $(BUILD)/compiler/main.o $(LIBCOMPILER) $(LIBRATION)
+	@mkdir -p bin
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(LIBCOMPILER) $(LIBRATION)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCOMPILER) $(LIBRATION) $(LDLIBS)
+
+test: $(BIN) $(TEST_BIN)
+	@BUILD=$(BUILD) NVCC="$(NVCC)" sh tests/run.sh
+
+run: $(BIN) $(LIBRATION)
+	@sh examples/run.sh
+
+clean:
+	rm -rf build bin

@@ -1,0 +1,255 @@
+/*
+ * ration.h - the compiler's one internal header.
+ *
+ * Sections follow the pipeline: util, graph, device, cost, plan, layout,
+ * sim, strategies, emit, model, report. Every exported symbol carries its
+ * module's prefix. Library functions report errors through an Err and a
+ * negative return; only main.c exits.
+ */
+#ifndef RATION_H
+#define RATION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RATION_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- util */
+
+/* One line, already prefixed with "FILE: JSON.PATH: " by whoever set it. */
+typedef struct Err {
+  char msg[1024];
+} Err;
+
+int err_set(Err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Checked arithmetic on byte counts: false on overflow past INT64_MAX. */
+bool util_mul_i64(int64_t a, int64_t b, int64_t *out);
+bool util_add_i64(int64_t a, int64_t b, int64_t *out);
+int64_t util_align_up(int64_t x, int64_t align);
+
+/* "80GiB", "512 MB" or a plain JSON integer; false on a missing or bad unit. */
+bool util_parse_size(const char *s, int64_t *out);
+/* Human-readable size ("1.50 GiB") into buf. */
+const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
+
+/* Whole file into a NUL-terminated malloc'd buffer. */
+char *util_read_file(const char *path, size_t *len, Err *e);
+/* Write to PATH.tmp then rename: never a half-written PATH. */
+int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e);
+void util_sha256_hex(const void *data, size_t len, char out[65]);
+
+void *util_xcalloc(size_t n, size_t size); /* NULL on failure, never aborts */
+char *util_strdup(const char *s);
+
+/* A growable string for emitters. */
+typedef struct Buf {
+  char *data;
+  size_t len, cap;
+  bool failed; /* an allocation failed; the contents are incomplete */
+} Buf;
+void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_free(Buf *b);
+
+/* --------------------------------------------------------------- graph */
+
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_I64, DT_U8, DT_COUNT } DType;
+typedef enum { KIND_INPUT, KIND_PARAM, KIND_GRAD, KIND_OPTSTATE, KIND_ACTIVATION, KIND_COUNT } Kind;
+typedef enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_COUNT } Phase;
+
+#define GRAPH_MAX_RANK 8
+
+typedef struct Tensor {
+  char *name;
+  int rank;
+  int64_t shape[GRAPH_MAX_RANK];
+  DType dtype;
+  Kind kind;
+  int64_t bytes;
+  /* Derived at load: */
+  int producer;   /* op index of the (only) producer of an activation, else -1 */
+  int first_read; /* first op reading it, -1 if none */
+  int last_read;  /* last op reading it, -1 if none */
+  int last_fwd_read;  /* last forward-phase op reading it, -1 if none */
+  int first_bwd_read; /* first non-forward op reading it, -1 if none */
+  bool is_output; /* listed in the graph's "outputs": live to the end */
+  bool stashed;   /* activation produced in forward, read after forward */
+} Tensor;
+
+typedef struct Attr {
+  char *key;
+  double num;
+  char *str; /* non-NULL for a string attribute */
+} Attr;
+
+typedef struct Op {
+  char *name;
+  char *type;
+  Phase phase;
+  int ninputs, noutputs;
+  int *inputs;  /* tensor indices */
+  int *outputs; /* tensor indices */
+  int nattrs;
+  Attr *attrs;
+  double flops, bytes;
+  double time_us; /* measured; < 0 when absent */
+  int64_t workspace;
+} Op;
+
+typedef struct Graph {
+  char *path;
+  char *name;
+  char sha256[65];
+  int ntensors, nops;
+  Tensor *tensors;
+  Op *ops;
+  int *stashed; /* indices of stashed tensors, in producer order */
+  int nstashed;
+} Graph;
+
+/* Load, validate and derive; NULL with e set on any problem. */
+Graph *graph_load(const char *path, Err *e);
+Graph *graph_parse(const char *path, const char *text, size_t len, Err *e);
+void graph_free(Graph *g);
+int graph_find_tensor(const Graph *g, const char *name);
+int graph_find_op(const Graph *g, const char *name);
+const char *graph_dtype_name(DType d);
+const char *graph_kind_name(Kind k);
+const char *graph_phase_name(Phase p);
+int graph_dtype_size(DType d);
+/* Numeric attribute, or dflt when absent. */
+double graph_attr(const Op *op, const char *key, double dflt);
+/* True for kinds resident for the whole step (input, param, grad, optstate). */
+bool graph_is_resident(const Tensor *t);
+
+/* -------------------------------------------------------------- device */
+
+typedef struct Device {
+  char *path;
+  char *name;
+  int64_t memory, reserve, host_memory;
+  double peak_tflops[DT_COUNT]; /* 0 where the datasheet gives nothing */
+  double hbm_gbps, h2d_gbps, d2h_gbps, launch_us;
+} Device;
+
+Device *device_load(const char *path, Err *e);
+Device *device_parse(const char *path, const char *text, size_t len, Err *e);
+void device_free(Device *d);
+
+/* ---------------------------------------------------------------- cost */
+
+/* Seconds: roofline (or measured time_us) plus launch overhead. */
+double cost_op_seconds(const Graph *g, const Device *d, int op);
+double cost_d2h_seconds(const Device *d, int64_t bytes);
+double cost_h2d_seconds(const Device *d, int64_t bytes);
+/* Overrides op times with a ration-costs/1 file ({"ops": {"name": us}}). */
+int cost_load_profile(Graph *g, const char *path, Err *e);
+
+/* ---------------------------------------------------------------- plan */
+
+typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE } Decision;
+typedef enum { SPACE_DEVICE, SPACE_HOST } Space;
+typedef enum { STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT } StepKind;
+
+typedef struct Buffer {
+  int tensor;       /* -1 for workspace */
+  int workspace_of; /* op index for workspace, else -1 */
+  int64_t bytes;
+  Space space;
+  int64_t offset;
+} Buffer;
+
+typedef struct Step {
+  StepKind kind;
+  int op;         /* compute */
+  bool recompute; /* compute */
+  int *inputs, *outputs; /* compute: buffer ids, op order */
+  int workspace;  /* compute: buffer id or -1 */
+  int from, to;   /* copies: buffer ids (from/to as in the JSON) */
+} Step;
+
+typedef struct SolverInfo {
+  char name[16];
+  char status[16]; /* optimal feasible time_limit not_used */
+  double objective, bound, gap, seconds;
+} SolverInfo;
+
+typedef struct Predicted {
+  double step_seconds, compute_seconds, recompute_seconds, stall_seconds;
+  int64_t peak_live_bytes, keep_all_peak_bytes;
+} Predicted;
+
+typedef struct Plan {
+  char graph_name[256];
+  char graph_sha256[65];
+  char device[128];
+  char strategy[32];
+  int64_t budget_bytes, arena_bytes, host_bytes, alignment;
+  Predicted predicted;
+  SolverInfo solver;
+  Decision *decisions; /* per graph tensor; DEC_NONE for non-stashed */
+  int nbuffers, nsteps;
+  Buffer *buffers;
+  Step *steps;
+} Plan;
+
+Plan *plan_new(const Graph *g);
+void plan_free(Plan *p);
+int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space space);
+Step *plan_add_step(Plan *p, StepKind kind);
+const char *plan_decision_name(Decision d);
+
+/* The schedule family: decisions (one per stashed tensor) -> steps and
+ * buffers, offsets unassigned. Shared by every strategy so that a plan is a
+ * function of its decisions. */
+int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e);
+
+/* Reads a ration-plan/1 file against its graph. */
+Plan *plan_load(const char *path, const Graph *g, Err *e);
+Plan *plan_parse(const char *path, const char *text, size_t len, const Graph *g, Err *e);
+
+/* -------------------------------------------------------------- layout */
+
+/* Assigns offsets to every buffer (device and host arenas); sets
+ * arena_bytes and host_bytes. */
+int layout_assign(Plan *p, const Graph *g, Err *e);
+
+/* ----------------------------------------------------------------- sim */
+
+typedef struct SimResult {
+  int64_t peak_live_bytes;
+  int peak_step;
+  int64_t peak_host_bytes;
+  double step_seconds, compute_seconds, recompute_seconds, stall_seconds;
+  int64_t *live_bytes; /* per step, nsteps entries; NULL unless asked */
+  int nsteps;
+} SimResult;
+
+/* Checks every rule of the plan semantics; e names the step and rule. */
+int sim_check(const Plan *p, const Graph *g, Err *e);
+/* Live bytes and the three-stream time; with_trace keeps per-step bytes. */
+int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e);
+void sim_result_free(SimResult *r);
+
+/* ---------------------------------------------------------- strategies */
+
+typedef struct PlanOptions {
+  const char *strategy; /* keep-all checkpoint-layers sqrt-n offload-all knapsack ilp exact */
+  const char *solver;   /* glpk | cbc */
+  int64_t budget_bytes;
+  double time_limit;
+  bool quiet;
+} PlanOptions;
+
+/* Runs a strategy end to end: decisions, schedule, layout, simulation. */
+Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* Keep-all peak live bytes of the graph (what every budget % refers to). */
+int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
+
+/* --------------------------------------------------------------- emit */
+
+/* NAME.plan.json text. */
+int emit_plan_json(const Plan *p, const Graph *g, Buf *out);
+
+#endif
