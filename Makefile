@@ -3,7 +3,7 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -Wall -Wextra -Wshadow -Werror
 CPPFLAGS += -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime
-LDLIBS  := -lglpk -lcjson -lm -lpthread
+LDLIBS  := -lglpk -lcjson -lnettle -lm -lpthread
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
 ifeq ($(SAN),1)
@@ -15,7 +15,7 @@ BUILD   := build/rel
 endif
 
 # Debian packages the build and tests need; installed when missing.
-DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev pkg-config
+DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config
 DEPS_STAMP := build/.deps-ok
 
 COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
