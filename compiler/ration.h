@@ -52,6 +52,46 @@ typedef struct Buf {
 void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_free(Buf *b);
 
+/* ---------------------------------------------------------------- json */
+
+/* Validated reading of cJSON trees, shared by every loader. A JsonPath is
+ * a chain of stack frames (a key or an array index) that is only turned
+ * into text ("ops[12].inputs[1]") when an error is reported. */
+struct cJSON;
+typedef struct JsonPath {
+  const struct JsonPath *up;
+  const char *key; /* NULL for an array element */
+  int index;
+} JsonPath;
+
+#define JSON_MAX_FILE_BYTES (1LL << 30)
+#define JSON_MAX_ITEMS 1000000 /* tensors, ops, buffers, steps */
+
+/* "FILE: PATH: message" (or "FILE: message" at the root). Returns -1. */
+int json_err(Err *e, const char *file, const JsonPath *p, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void json_path_str(const JsonPath *p, char *buf, size_t n);
+/* FILE's bytes (at most JSON_MAX_FILE_BYTES), NUL-terminated, malloc'd. */
+char *json_read(const char *file, size_t *len, Err *e);
+/* Parses text; the root must be an object whose "format" is want. */
+struct cJSON *json_parse(const char *file, const char *text, size_t len, const char *want, Err *e);
+/* Field readers: item is the value (NULL when absent; "missing" is an
+ * error), p its path. */
+int json_string(const char *file, const JsonPath *p, const struct cJSON *item, const char **out, Err *e);
+int json_number(const char *file, const JsonPath *p, const struct cJSON *item, double *out, Err *e);
+/* A finite number >= 0. */
+int json_nonneg(const char *file, const JsonPath *p, const struct cJSON *item, double *out, Err *e);
+/* An integral number in [lo, 2^53]. */
+int json_int(const char *file, const JsonPath *p, const struct cJSON *item, int64_t lo, int64_t *out, Err *e);
+int json_bool(const char *file, const JsonPath *p, const struct cJSON *item, bool *out, Err *e);
+/* An array or object with at most JSON_MAX_ITEMS members; *n its size. */
+int json_array(const char *file, const JsonPath *p, const struct cJSON *item, int *n, Err *e);
+int json_object(const char *file, const JsonPath *p, const struct cJSON *item, Err *e);
+/* A byte size: a JSON integer or a string with a unit (util_parse_size). */
+int json_size(const char *file, const JsonPath *p, const struct cJSON *item, int64_t *out, Err *e);
+/* The member named key of obj, or NULL. */
+const struct cJSON *json_get(const struct cJSON *obj, const char *key);
+
 /* --------------------------------------------------------------- graph */
 
 typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_I64, DT_U8, DT_COUNT } DType;
@@ -106,6 +146,7 @@ typedef struct Graph {
   Op *ops;
   int *stashed; /* indices of stashed tensors, in producer order */
   int nstashed;
+  struct GraphIndex *index; /* name lookup, private to graph.c; NULL = linear */
 } Graph;
 
 /* Load, validate and derive; NULL with e set on any problem. */
