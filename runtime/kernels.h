@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Same order as the compiler's DType and the emitted schedules' tables. */
 typedef enum { RT_F32, RT_BF16, RT_F16, RT_I32, RT_I64, RT_U8 } rt_DType;
@@ -43,16 +44,101 @@ typedef struct rt_KernelArgs {
 
 typedef int (*rt_KernelFn)(const rt_KernelArgs *a, char *err, size_t errlen);
 
+/* Status codes a kernel returns (0 is success). */
+#define RT_KERNEL_EARGS (-1)   /* wrong arity, shapes or dtypes */
+#define RT_KERNEL_EVALUE (-2)  /* bad data, e.g. a token id out of range */
+#define RT_KERNEL_EDEVICE (-3) /* the backend failed (CUDA error) */
+
 /* Kernel registry: built-in CPU kernels are registered on first lookup;
- * custom op types can be added by name. */
+ * custom op types can be added by name (a later registration of the same
+ * name replaces the earlier one, built-ins included). Register custom types
+ * before steps run: lookups are not synchronized against registration.
+ * rt_kernel_register returns 0, or -1 when the name is too long or the
+ * table is full. */
+#define RT_KERNEL_NAME_MAX 63
+typedef struct rt_KernelEntry {
+  const char *type;
+  rt_KernelFn fn;
+} rt_KernelEntry;
+/* The built-in CPU kernels (kernels_cpu.c), terminated by {NULL, NULL}. */
+extern const rt_KernelEntry rt_cpu_kernels[];
 int rt_kernel_register(const char *type, rt_KernelFn fn);
 rt_KernelFn rt_kernel_find(const char *type);
+/* The value of attribute `key`, or dflt when the op does not carry it. */
 double rt_attr(const rt_KernelArgs *a, const char *key, double dflt);
 
-/* bf16 storage helpers (round to nearest even), shared by every kernel. */
-float rt_bf16_to_f32(uint16_t h);
-uint16_t rt_f32_to_bf16(float f);
-float rt_load(const rt_View *v, int64_t i);
-void rt_store(const rt_View *v, int64_t i, float x);
+/* Storage helpers, shared by every kernel and inline so that the kernels'
+ * inner loops do not pay a call per element. bf16 rounds to nearest even;
+ * a NaN stays a (quiet) NaN. */
+static inline float rt_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint16_t rt_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* IEEE half, for views that carry it (the kernels themselves take f32 and
+ * bf16 storage). Round to nearest even, overflow to infinity. */
+static inline float rt_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
+  else if (exp != 0) u = sign | ((exp + 112u) << 23) | (man << 13);
+  else if (man == 0) u = sign;
+  else { /* subnormal: normalize */
+    exp = 113u;
+    while (!(man & 0x400u)) { man <<= 1; exp--; }
+    u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint16_t rt_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+  if (a < 0x38800000u) { /* f16 subnormal or zero: scale into the mantissa */
+    int shift = 126 - (int)(a >> 23);
+    if (shift > 24) return (uint16_t)sign;
+    uint32_t man = (a & 0x7fffffu) | 0x800000u;
+    uint32_t r = man >> shift, rest = man & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  a += 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+  return (uint16_t)(sign | (a >> 13));
+}
+
+/* Element i of a float view (f32, bf16 or f16; i32 reads as its value). */
+static inline float rt_load(const rt_View *v, int64_t i) {
+  switch (v->dtype) {
+  case RT_F32: return ((const float *)v->data)[i];
+  case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)v->data)[i]);
+  case RT_F16: return rt_f16_to_f32(((const uint16_t *)v->data)[i]);
+  case RT_I32: return (float)((const int32_t *)v->data)[i];
+  default: return 0.0f;
+  }
+}
+
+static inline void rt_store(const rt_View *v, int64_t i, float x) {
+  switch (v->dtype) {
+  case RT_F32: ((float *)v->data)[i] = x; break;
+  case RT_BF16: ((uint16_t *)v->data)[i] = rt_f32_to_bf16(x); break;
+  case RT_F16: ((uint16_t *)v->data)[i] = rt_f32_to_f16(x); break;
+  case RT_I32: ((int32_t *)v->data)[i] = (int32_t)x; break;
+  default: break;
+  }
+}
 
 #endif

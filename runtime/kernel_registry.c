@@ -1,0 +1,61 @@
+/*
+ * kernel_registry.c - maps op type names to kernel functions: the built-in
+ * CPU kernels plus any custom types a user registers, and the attribute
+ * lookup every kernel uses.
+ */
+#include "kernels.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define REGISTRY_CAP 256
+
+typedef struct {
+  char type[RT_KERNEL_NAME_MAX + 1];
+  rt_KernelFn fn;
+} Slot;
+
+static Slot registry[REGISTRY_CAP];
+static int registry_n;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+
+static int put(const char *type, rt_KernelFn fn) {
+  size_t len = strlen(type);
+  if (len == 0 || len > RT_KERNEL_NAME_MAX || !fn) return -1;
+  for (int i = 0; i < registry_n; i++)
+    if (strcmp(registry[i].type, type) == 0) {
+      registry[i].fn = fn;
+      return 0;
+    }
+  if (registry_n == REGISTRY_CAP) return -1;
+  memcpy(registry[registry_n].type, type, len + 1);
+  registry[registry_n].fn = fn;
+  registry_n++;
+  return 0;
+}
+
+/* Built-ins go in first so that a custom registration of the same name,
+ * which always comes later, replaces them. */
+static void load_builtins(void) {
+  for (const rt_KernelEntry *e = rt_cpu_kernels; e->type; e++) put(e->type, e->fn);
+}
+
+int rt_kernel_register(const char *type, rt_KernelFn fn) {
+  if (!type) return -1;
+  pthread_once(&builtins_once, load_builtins);
+  return put(type, fn);
+}
+
+rt_KernelFn rt_kernel_find(const char *type) {
+  if (!type) return NULL;
+  pthread_once(&builtins_once, load_builtins);
+  for (int i = 0; i < registry_n; i++)
+    if (strcmp(registry[i].type, type) == 0) return registry[i].fn;
+  return NULL;
+}
+
+double rt_attr(const rt_KernelArgs *a, const char *key, double dflt) {
+  for (int i = 0; i < a->nattrs; i++)
+    if (a->attrs[i].key && strcmp(a->attrs[i].key, key) == 0) return a->attrs[i].num;
+  return dflt;
+}

@@ -1,0 +1,902 @@
+/*
+ * kernels_cpu.c - the CPU reference kernels: one function per op type of
+ * docs/OPS.md (gpt2 and llama families, forward, backward, adamw). Math is
+ * f32, storage f32 or bf16. Every loop runs in a fixed order, so a kernel
+ * gives bitwise identical outputs on identical inputs: the planner's
+ * recompute correctness rests on that. The CUDA kernels mirror these loops.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Largest head dim the attention kernels take: their per-row buffers live
+ * on the stack because kernels never allocate. */
+#define ATTN_MAX_HD 1024
+/* Columns per pass of the norms' weight-gradient sums. */
+#define NORM_CHUNK 256
+
+static int fail(char *err, size_t errlen, int code, const char *op, const char *fmt, ...) {
+  if (err && errlen) {
+    int n = snprintf(err, errlen, "%s: ", op);
+    if (n >= 0 && (size_t)n < errlen) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return code;
+}
+
+#define REQUIRE(cond, ...) \
+  do { if (!(cond)) return fail(err, errlen, RT_KERNEL_EARGS, OP, __VA_ARGS__); } while (0)
+
+static int is_float(const rt_View *v) {
+  return v->dtype == RT_F32 || v->dtype == RT_BF16 || v->dtype == RT_F16;
+}
+
+static int64_t last_dim(const rt_View *v) { return v->rank > 0 ? v->shape[v->rank - 1] : 1; }
+
+/* A contiguous float row: the data itself when it is f32, else a converted
+ * copy in buf. */
+static const float *row_f32(const rt_View *v, int64_t off, int64_t n, float *buf) {
+  if (v->dtype == RT_F32) return (const float *)v->data + off;
+  for (int64_t i = 0; i < n; i++) buf[i] = rt_load(v, off + i);
+  return buf;
+}
+
+static float dot(const float *a, const float *b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* ---------------------------------------------------------------- encoder */
+
+static int check_tokens(const int32_t *tok, int64_t n, int64_t vocab, char *err, size_t errlen,
+                        const char *op) {
+  for (int64_t i = 0; i < n; i++)
+    if (tok[i] < 0 || tok[i] >= vocab)
+      return fail(err, errlen, RT_KERNEL_EVALUE, op, "token %d at %lld outside [0, %lld)", tok[i],
+                  (long long)i, (long long)vocab);
+  return 0;
+}
+
+/* x[n,:] = wte[tok[n],:] (+ wpe[n % T,:]) */
+static void encoder_forward(const rt_View *x, const int32_t *tok, const rt_View *wte,
+                            const rt_View *wpe, int64_t N, int64_t T, int64_t C) {
+  for (int64_t n = 0; n < N; n++) {
+    int64_t ow = (int64_t)tok[n] * C, op = (n % T) * C;
+    for (int64_t c = 0; c < C; c++) {
+      float v = rt_load(wte, ow + c);
+      if (wpe) v += rt_load(wpe, op + c);
+      rt_store(x, n * C + c, v);
+    }
+  }
+}
+
+/* Rows are added in token order, so repeated tokens accumulate in a fixed
+ * order. */
+static void encoder_backward(const rt_View *dwte, const rt_View *dwpe, const rt_View *dx,
+                             const int32_t *tok, int64_t N, int64_t T, int64_t C) {
+  for (int64_t n = 0; n < N; n++) {
+    int64_t ow = (int64_t)tok[n] * C;
+    for (int64_t c = 0; c < C; c++) rt_store(dwte, ow + c, rt_load(dwte, ow + c) + rt_load(dx, n * C + c));
+  }
+  if (!dwpe) return;
+  /* dwpe[t] sums over the batch: b-outer per position keeps one order. */
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = 0; c < C; c++) {
+      float s = 0.0f;
+      for (int64_t n = t; n < N; n += T) s += rt_load(dx, n * C + c);
+      rt_store(dwpe, t * C + c, rt_load(dwpe, t * C + c) + s);
+    }
+}
+
+static int encoder_common(const rt_KernelArgs *a, char *err, size_t errlen, int with_pos,
+                          const char *OP) {
+  REQUIRE(a->nout == 1 && a->nin == (with_pos ? 3 : 2), "want %d inputs and 1 output", with_pos ? 3 : 2);
+  const rt_View *x = &a->out[0], *tok = &a->in[0], *wte = &a->in[1];
+  const rt_View *wpe = with_pos ? &a->in[2] : NULL;
+  REQUIRE(tok->dtype == RT_I32 && tok->rank >= 1, "tokens must be i32");
+  REQUIRE(is_float(x) && is_float(wte) && (!wpe || is_float(wpe)), "x, wte, wpe must be float");
+  int64_t N = tok->numel, T = last_dim(tok), C = last_dim(x);
+  REQUIRE(wte->rank == 2 && wte->shape[1] == C && x->numel == N * C, "x must be [B,T,C], wte [V,C]");
+  REQUIRE(!wpe || (wpe->rank == 2 && wpe->shape[1] == C && wpe->shape[0] >= T), "wpe must be [>=T,C]");
+  int rc = check_tokens(tok->data, N, wte->shape[0], err, errlen, OP);
+  if (rc) return rc;
+  encoder_forward(x, tok->data, wte, wpe, N, T, C);
+  return 0;
+}
+
+static int k_encoder(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return encoder_common(a, err, errlen, 1, "encoder");
+}
+
+static int k_embedding(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return encoder_common(a, err, errlen, 0, "embedding");
+}
+
+static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t errlen, int with_pos,
+                                   const char *OP) {
+  REQUIRE(a->nin == 2 && a->nout == (with_pos ? 2 : 1), "want 2 inputs and %d outputs", with_pos ? 2 : 1);
+  const rt_View *dx = &a->in[0], *tok = &a->in[1], *dwte = &a->out[0];
+  const rt_View *dwpe = with_pos ? &a->out[1] : NULL;
+  REQUIRE(tok->dtype == RT_I32 && tok->rank >= 1, "tokens must be i32");
+  REQUIRE(is_float(dx) && is_float(dwte) && (!dwpe || is_float(dwpe)), "dx, dwte, dwpe must be float");
+  int64_t N = tok->numel, T = last_dim(tok), C = last_dim(dx);
+  REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
+  REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
+  int rc = check_tokens(tok->data, N, dwte->shape[0], err, errlen, OP);
+  if (rc) return rc;
+  encoder_backward(dwte, dwpe, dx, tok->data, N, T, C);
+  return 0;
+}
+
+static int k_encoder_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return encoder_backward_common(a, err, errlen, 1, "encoder_backward");
+}
+
+static int k_embedding_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return encoder_backward_common(a, err, errlen, 0, "embedding_backward");
+}
+
+/* -------------------------------------------------------------- layernorm */
+
+static void layernorm_forward(const rt_View *y, float *mean, float *rstd, const rt_View *x,
+                              const rt_View *w, const rt_View *b, int64_t N, int64_t C, float eps) {
+  for (int64_t n = 0; n < N; n++) {
+    int64_t o = n * C;
+    float m = 0.0f;
+    for (int64_t c = 0; c < C; c++) m += rt_load(x, o + c);
+    m /= (float)C;
+    float v = 0.0f;
+    for (int64_t c = 0; c < C; c++) {
+      float d = rt_load(x, o + c) - m;
+      v += d * d;
+    }
+    v /= (float)C;
+    float r = 1.0f / sqrtf(v + eps);
+    for (int64_t c = 0; c < C; c++) {
+      float xh = (rt_load(x, o + c) - m) * r;
+      rt_store(y, o + c, xh * rt_load(w, c) + rt_load(b, c));
+    }
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+/* dw and db sum over rows per column; a chunk of columns at a time keeps
+ * the sums in f32 whatever the storage, and the row order fixed. */
+static void layernorm_backward(const rt_View *dx, const rt_View *dw, const rt_View *db,
+                               const rt_View *dy, const rt_View *x, const rt_View *w,
+                               const float *mean, const float *rstd, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; n++) {
+    int64_t o = n * C;
+    float m = mean[n], r = rstd[n], sd = 0.0f, sdx = 0.0f;
+    for (int64_t c = 0; c < C; c++) {
+      float dn = rt_load(dy, o + c) * rt_load(w, c);
+      sd += dn;
+      sdx += dn * (rt_load(x, o + c) - m) * r;
+    }
+    sd /= (float)C;
+    sdx /= (float)C;
+    for (int64_t c = 0; c < C; c++) {
+      float xh = (rt_load(x, o + c) - m) * r;
+      float dn = rt_load(dy, o + c) * rt_load(w, c);
+      rt_store(dx, o + c, (dn - sd - xh * sdx) * r);
+    }
+  }
+  for (int64_t c0 = 0; c0 < C; c0 += NORM_CHUNK) {
+    int64_t cn = C - c0 < NORM_CHUNK ? C - c0 : NORM_CHUNK;
+    float sw[NORM_CHUNK] = {0}, sb[NORM_CHUNK] = {0};
+    for (int64_t n = 0; n < N; n++) {
+      int64_t o = n * C + c0;
+      for (int64_t c = 0; c < cn; c++) {
+        float d = rt_load(dy, o + c);
+        sw[c] += d * ((rt_load(x, o + c) - mean[n]) * rstd[n]);
+        sb[c] += d;
+      }
+    }
+    for (int64_t c = 0; c < cn; c++) {
+      rt_store(dw, c0 + c, rt_load(dw, c0 + c) + sw[c]);
+      rt_store(db, c0 + c, rt_load(db, c0 + c) + sb[c]);
+    }
+  }
+}
+
+static int k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "layernorm";
+  REQUIRE(a->nin == 3 && a->nout == 3, "want 3 inputs (x, w, b) and 3 outputs (y, mean, rstd)");
+  const rt_View *x = &a->in[0], *w = &a->in[1], *b = &a->in[2];
+  const rt_View *y = &a->out[0], *mean = &a->out[1], *rstd = &a->out[2];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(x) && is_float(w) && is_float(b) && is_float(y), "x, w, b, y must be float");
+  REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
+  REQUIRE(w->numel == C && b->numel == C && y->numel == x->numel && mean->numel == N && rstd->numel == N,
+          "shapes must be x,y [B,T,C], w,b [C], mean,rstd [B,T]");
+  layernorm_forward(y, mean->data, rstd->data, x, w, b, N, C, (float)rt_attr(a, "eps", 1e-5));
+  return 0;
+}
+
+static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "layernorm_backward";
+  REQUIRE(a->nin == 5 && a->nout == 3, "want 5 inputs (dy, x, w, mean, rstd) and 3 outputs (dx, dw, db)");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *mean = &a->in[3], *rstd = &a->in[4];
+  const rt_View *dx = &a->out[0], *dw = &a->out[1], *db = &a->out[2];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) && is_float(db),
+          "dy, x, w, dx, dw, db must be float");
+  REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
+  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C &&
+          db->numel == C && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
+  layernorm_backward(dx, dw, db, dy, x, w, mean->data, rstd->data, N, C);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+static void rmsnorm_forward(const rt_View *y, float *rstd, const rt_View *x, const rt_View *w,
+                            int64_t N, int64_t C, float eps) {
+  for (int64_t n = 0; n < N; n++) {
+    int64_t o = n * C;
+    float ss = 0.0f;
+    for (int64_t c = 0; c < C; c++) {
+      float v = rt_load(x, o + c);
+      ss += v * v;
+    }
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    for (int64_t c = 0; c < C; c++) rt_store(y, o + c, rt_load(x, o + c) * r * rt_load(w, c));
+    rstd[n] = r;
+  }
+}
+
+static void rmsnorm_backward(const rt_View *dx, const rt_View *dw, const rt_View *dy,
+                             const rt_View *x, const rt_View *w, const float *rstd, int64_t N,
+                             int64_t C) {
+  for (int64_t n = 0; n < N; n++) {
+    int64_t o = n * C;
+    float r = rstd[n], s = 0.0f;
+    for (int64_t c = 0; c < C; c++) s += rt_load(dy, o + c) * rt_load(w, c) * (rt_load(x, o + c) * r);
+    s /= (float)C;
+    for (int64_t c = 0; c < C; c++) {
+      float xh = rt_load(x, o + c) * r;
+      rt_store(dx, o + c, (rt_load(dy, o + c) * rt_load(w, c) - xh * s) * r);
+    }
+  }
+  for (int64_t c0 = 0; c0 < C; c0 += NORM_CHUNK) {
+    int64_t cn = C - c0 < NORM_CHUNK ? C - c0 : NORM_CHUNK;
+    float sw[NORM_CHUNK] = {0};
+    for (int64_t n = 0; n < N; n++) {
+      int64_t o = n * C + c0;
+      for (int64_t c = 0; c < cn; c++) sw[c] += rt_load(dy, o + c) * (rt_load(x, o + c) * rstd[n]);
+    }
+    for (int64_t c = 0; c < cn; c++) rt_store(dw, c0 + c, rt_load(dw, c0 + c) + sw[c]);
+  }
+}
+
+static int k_rmsnorm(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "rmsnorm";
+  REQUIRE(a->nin == 2 && a->nout == 2, "want 2 inputs (x, w) and 2 outputs (y, rstd)");
+  const rt_View *x = &a->in[0], *w = &a->in[1], *y = &a->out[0], *rstd = &a->out[1];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(x) && is_float(w) && is_float(y) && rstd->dtype == RT_F32,
+          "x, w, y must be float and rstd f32");
+  REQUIRE(w->numel == C && y->numel == x->numel && rstd->numel == N,
+          "shapes must be x,y [B,T,C], w [C], rstd [B,T]");
+  rmsnorm_forward(y, rstd->data, x, w, N, C, (float)rt_attr(a, "eps", 1e-5));
+  return 0;
+}
+
+static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "rmsnorm_backward";
+  REQUIRE(a->nin == 4 && a->nout == 2, "want 4 inputs (dy, x, w, rstd) and 2 outputs (dx, dw)");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *rstd = &a->in[3];
+  const rt_View *dx = &a->out[0], *dw = &a->out[1];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) &&
+          rstd->dtype == RT_F32, "dy, x, w, dx, dw must be float and rstd f32");
+  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C &&
+          rstd->numel == N, "shapes do not match rmsnorm's");
+  rmsnorm_backward(dx, dw, dy, x, w, rstd->data, N, C);
+  return 0;
+}
+
+/* ----------------------------------------------------------------- matmul */
+
+/* One blocked GEMM serves the three products of matmul and its backward:
+ * C(m,n) (+)= sum_k A(m,k) B(k,n), with A and B read through strides so that
+ * transposes cost nothing. Blocks of A and B are packed into f32 tiles
+ * (converting bf16 on the way); the micro-kernel keeps a 4x8 tile of C in
+ * vector registers. Each C element is summed over k in ascending order, the
+ * same order as a naive dot product, whatever the blocking. */
+#define MM_MR 4
+#define MM_NR 8
+#define MM_MB 64
+#define MM_NB 64
+#define MM_KB 128
+
+typedef float mm_v8 __attribute__((vector_size(MM_NR * sizeof(float))));
+
+typedef struct {
+  const rt_View *v;
+  int64_t s0, s1; /* element (i,j) is at i*s0 + j*s1 */
+} Operand;
+
+static void pack(float *dst, int64_t ld, const Operand *o, int64_t i0, int64_t ni, int64_t ni_pad,
+                 int64_t j0, int64_t nj, int64_t nj_pad) {
+  for (int64_t i = 0; i < ni_pad; i++) {
+    float *d = dst + i * ld;
+    if (i >= ni) {
+      for (int64_t j = 0; j < nj_pad; j++) d[j] = 0.0f;
+      continue;
+    }
+    int64_t base = (i0 + i) * o->s0 + j0 * o->s1;
+    if (o->v->dtype == RT_F32 && o->s1 == 1) {
+      const float *s = (const float *)o->v->data + base;
+      for (int64_t j = 0; j < nj; j++) d[j] = s[j];
+    } else if (o->v->dtype == RT_F32) {
+      const float *s = (const float *)o->v->data + base;
+      for (int64_t j = 0; j < nj; j++) d[j] = s[j * o->s1];
+    } else {
+      for (int64_t j = 0; j < nj; j++) d[j] = rt_load(o->v, base + j * o->s1);
+    }
+    for (int64_t j = nj; j < nj_pad; j++) d[j] = 0.0f;
+  }
+}
+
+static void micro_4x8(float *acc, const float *ap, const float *bp, int64_t kb) {
+  mm_v8 c0, c1, c2, c3;
+  memcpy(&c0, acc + 0 * MM_NB, sizeof c0);
+  memcpy(&c1, acc + 1 * MM_NB, sizeof c1);
+  memcpy(&c2, acc + 2 * MM_NB, sizeof c2);
+  memcpy(&c3, acc + 3 * MM_NB, sizeof c3);
+  for (int64_t k = 0; k < kb; k++) {
+    mm_v8 b;
+    memcpy(&b, bp + k * MM_NB, sizeof b);
+    c0 += ap[0 * MM_KB + k] * b;
+    c1 += ap[1 * MM_KB + k] * b;
+    c2 += ap[2 * MM_KB + k] * b;
+    c3 += ap[3 * MM_KB + k] * b;
+  }
+  memcpy(acc + 0 * MM_NB, &c0, sizeof c0);
+  memcpy(acc + 1 * MM_NB, &c1, sizeof c1);
+  memcpy(acc + 2 * MM_NB, &c2, sizeof c2);
+  memcpy(acc + 3 * MM_NB, &c3, sizeof c3);
+}
+
+/* out (M x N, row-major) = [out +] A B [+ bias] */
+static void gemm(const rt_View *out, int accumulate, const rt_View *bias, const Operand *A,
+                 const Operand *B, int64_t M, int64_t N, int64_t K) {
+  _Alignas(32) float acc[MM_MB * MM_NB];
+  _Alignas(32) float ap[MM_MB * MM_KB];
+  _Alignas(32) float bp[MM_KB * MM_NB];
+  for (int64_t n0 = 0; n0 < N; n0 += MM_NB) {
+    int64_t nb = N - n0 < MM_NB ? N - n0 : MM_NB;
+    int64_t nb_pad = (nb + MM_NR - 1) / MM_NR * MM_NR;
+    for (int64_t m0 = 0; m0 < M; m0 += MM_MB) {
+      int64_t mb = M - m0 < MM_MB ? M - m0 : MM_MB;
+      int64_t mb_pad = (mb + MM_MR - 1) / MM_MR * MM_MR;
+      memset(acc, 0, sizeof acc);
+      for (int64_t k0 = 0; k0 < K; k0 += MM_KB) {
+        int64_t kb = K - k0 < MM_KB ? K - k0 : MM_KB;
+        pack(ap, MM_KB, A, m0, mb, mb_pad, k0, kb, kb);
+        /* B is packed k-major: row k of the tile holds B(k, n0..). */
+        for (int64_t k = 0; k < kb; k++) {
+          float *d = bp + k * MM_NB;
+          int64_t base = (k0 + k) * B->s0 + n0 * B->s1;
+          if (B->v->dtype == RT_F32 && B->s1 == 1) {
+            const float *s = (const float *)B->v->data + base;
+            for (int64_t j = 0; j < nb; j++) d[j] = s[j];
+          } else {
+            for (int64_t j = 0; j < nb; j++) d[j] = rt_load(B->v, base + j * B->s1);
+          }
+          for (int64_t j = nb; j < nb_pad; j++) d[j] = 0.0f;
+        }
+        for (int64_t i = 0; i < mb_pad; i += MM_MR)
+          for (int64_t j = 0; j < nb_pad; j += MM_NR)
+            micro_4x8(acc + i * MM_NB + j, ap + i * MM_KB, bp + j, kb);
+      }
+      for (int64_t i = 0; i < mb; i++) {
+        int64_t o = (m0 + i) * N + n0;
+        for (int64_t j = 0; j < nb; j++) {
+          float v = acc[i * MM_NB + j];
+          if (bias) v += rt_load(bias, n0 + j);
+          if (accumulate) v = rt_load(out, o + j) + v;
+          rt_store(out, o + j, v);
+        }
+      }
+    }
+  }
+}
+
+/* y[n,o] = sum_c x[n,c] w[o,c] + bias[o] */
+static void matmul_forward(const rt_View *y, const rt_View *x, const rt_View *w, const rt_View *bias,
+                           int64_t N, int64_t C, int64_t OC) {
+  Operand A = {x, C, 1}, B = {w, 1, C};
+  gemm(y, 0, bias, &A, &B, N, OC, C);
+}
+
+static void matmul_backward(const rt_View *dx, const rt_View *dw, const rt_View *dbias,
+                            const rt_View *dy, const rt_View *x, const rt_View *w, int64_t N,
+                            int64_t C, int64_t OC) {
+  Operand dyA = {dy, OC, 1}, wB = {w, C, 1};
+  gemm(dx, 0, NULL, &dyA, &wB, N, C, OC); /* dx = dy w */
+  Operand dyT = {dy, 1, OC}, xB = {x, C, 1};
+  gemm(dw, 1, NULL, &dyT, &xB, OC, C, N); /* dw += dy^T x */
+  if (!dbias) return;
+  for (int64_t o = 0; o < OC; o++) {
+    float s = 0.0f;
+    for (int64_t n = 0; n < N; n++) s += rt_load(dy, n * OC + o);
+    rt_store(dbias, o, rt_load(dbias, o) + s);
+  }
+}
+
+static int k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "matmul";
+  REQUIRE((a->nin == 2 || a->nin == 3) && a->nout == 1, "want inputs (x, w[, bias]) and 1 output");
+  const rt_View *x = &a->in[0], *w = &a->in[1], *bias = a->nin == 3 ? &a->in[2] : NULL;
+  const rt_View *y = &a->out[0];
+  REQUIRE(is_float(x) && is_float(w) && is_float(y) && (!bias || is_float(bias)), "operands must be float");
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(w->rank == 2 && w->shape[1] == C, "w must be [OC, C] with C the last dim of x");
+  int64_t OC = w->shape[0];
+  REQUIRE(last_dim(y) == OC && y->numel == N * OC && (!bias || bias->numel == OC),
+          "y must be [.., OC] with x's rows, bias [OC]");
+  matmul_forward(y, x, w, bias, N, C, OC);
+  return 0;
+}
+
+static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "matmul_backward";
+  REQUIRE(a->nin == 3 && (a->nout == 2 || a->nout == 3), "want inputs (dy, x, w) and outputs (dx, dw[, dbias])");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2];
+  const rt_View *dx = &a->out[0], *dw = &a->out[1], *dbias = a->nout == 3 ? &a->out[2] : NULL;
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) &&
+          (!dbias || is_float(dbias)), "operands must be float");
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(w->rank == 2 && w->shape[1] == C, "w must be [OC, C] with C the last dim of x");
+  int64_t OC = w->shape[0];
+  REQUIRE(dy->numel == N * OC && dx->numel == x->numel && dw->numel == w->numel &&
+          (!dbias || dbias->numel == OC), "shapes do not match matmul's");
+  matmul_backward(dx, dw, dbias, dy, x, w, N, C, OC);
+  return 0;
+}
+
+/* -------------------------------------------------------------- attention */
+
+typedef struct {
+  int64_t B, T, NH, KVH, hd, row; /* row: elements per token of qkv */
+  float scale;
+} AttnShape;
+
+static int64_t q_off(const AttnShape *s, int64_t b, int64_t t, int64_t h) {
+  return (b * s->T + t) * s->row + h * s->hd;
+}
+static int64_t k_off(const AttnShape *s, int64_t b, int64_t t, int64_t g) {
+  return (b * s->T + t) * s->row + (s->NH + g) * s->hd;
+}
+static int64_t v_off(const AttnShape *s, int64_t b, int64_t t, int64_t g) {
+  return (b * s->T + t) * s->row + (s->NH + s->KVH + g) * s->hd;
+}
+
+/* Two passes over the keys per query row (max, then exp-sum and the
+ * weighted sum of values), so no T x T scores are ever stored. */
+static void attention_forward(const rt_View *y, float *lse, const rt_View *qkv, const AttnShape *s) {
+  float qb[ATTN_MAX_HD], kb[ATTN_MAX_HD], vb[ATTN_MAX_HD], acc[ATTN_MAX_HD];
+  int64_t hd = s->hd, rep = s->NH / s->KVH;
+  for (int64_t b = 0; b < s->B; b++)
+    for (int64_t h = 0; h < s->NH; h++) {
+      int64_t g = h / rep;
+      for (int64_t t = 0; t < s->T; t++) {
+        const float *q = row_f32(qkv, q_off(s, b, t, h), hd, qb);
+        float mx = -INFINITY;
+        for (int64_t u = 0; u <= t; u++) {
+          float sc = dot(q, row_f32(qkv, k_off(s, b, u, g), hd, kb), hd) * s->scale;
+          if (sc > mx) mx = sc;
+        }
+        float sum = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc[d] = 0.0f;
+        for (int64_t u = 0; u <= t; u++) {
+          float p = expf(dot(q, row_f32(qkv, k_off(s, b, u, g), hd, kb), hd) * s->scale - mx);
+          const float *v = row_f32(qkv, v_off(s, b, u, g), hd, vb);
+          sum += p;
+          for (int64_t d = 0; d < hd; d++) acc[d] += p * v[d];
+        }
+        int64_t yo = (b * s->T + t) * s->NH * hd + h * hd;
+        for (int64_t d = 0; d < hd; d++) rt_store(y, yo + d, acc[d] / sum);
+        lse[(b * s->NH + h) * s->T + t] = mx + logf(sum);
+      }
+    }
+}
+
+/* Pass A runs over query rows: D = dy.y per row (kept in the workspace for
+ * pass B) and dq. Pass B runs over key rows: dk and dv, summed over the
+ * query heads sharing the kv head and over later queries. Each gradient is
+ * summed by one loop in a fixed order: no scatter, no atomics on the GPU. */
+static void attention_backward(const rt_View *dqkv, float *D, const rt_View *dy, const rt_View *qkv,
+                               const rt_View *y, const float *lse, const AttnShape *s) {
+  float qb[ATTN_MAX_HD], kb[ATTN_MAX_HD], vb[ATTN_MAX_HD], dyb[ATTN_MAX_HD], yb[ATTN_MAX_HD];
+  float g1[ATTN_MAX_HD], g2[ATTN_MAX_HD];
+  int64_t hd = s->hd, rep = s->NH / s->KVH, T = s->T, yrow = s->NH * hd;
+  for (int64_t b = 0; b < s->B; b++)
+    for (int64_t h = 0; h < s->NH; h++) {
+      int64_t g = h / rep;
+      for (int64_t t = 0; t < T; t++) {
+        const float *q = row_f32(qkv, q_off(s, b, t, h), hd, qb);
+        const float *dyt = row_f32(dy, (b * T + t) * yrow + h * hd, hd, dyb);
+        float Dt = dot(dyt, row_f32(y, (b * T + t) * yrow + h * hd, hd, yb), hd);
+        float L = lse[(b * s->NH + h) * T + t];
+        D[(b * s->NH + h) * T + t] = Dt;
+        for (int64_t d = 0; d < hd; d++) g1[d] = 0.0f;
+        for (int64_t u = 0; u <= t; u++) {
+          const float *k = row_f32(qkv, k_off(s, b, u, g), hd, kb);
+          float p = expf(dot(q, k, hd) * s->scale - L);
+          float dp = dot(dyt, row_f32(qkv, v_off(s, b, u, g), hd, vb), hd);
+          float ds = p * (dp - Dt);
+          for (int64_t d = 0; d < hd; d++) g1[d] += ds * k[d];
+        }
+        int64_t o = q_off(s, b, t, h);
+        for (int64_t d = 0; d < hd; d++) rt_store(dqkv, o + d, g1[d] * s->scale);
+      }
+    }
+  for (int64_t b = 0; b < s->B; b++)
+    for (int64_t g = 0; g < s->KVH; g++)
+      for (int64_t u = 0; u < T; u++) {
+        const float *k = row_f32(qkv, k_off(s, b, u, g), hd, kb);
+        const float *v = row_f32(qkv, v_off(s, b, u, g), hd, vb);
+        for (int64_t d = 0; d < hd; d++) g1[d] = g2[d] = 0.0f;
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++)
+          for (int64_t t = u; t < T; t++) {
+            const float *q = row_f32(qkv, q_off(s, b, t, h), hd, qb);
+            const float *dyt = row_f32(dy, (b * T + t) * yrow + h * hd, hd, dyb);
+            int64_t r = (b * s->NH + h) * T + t;
+            float p = expf(dot(q, k, hd) * s->scale - lse[r]);
+            float ds = p * (dot(dyt, v, hd) - D[r]);
+            for (int64_t d = 0; d < hd; d++) {
+              g1[d] += ds * q[d];
+              g2[d] += p * dyt[d];
+            }
+          }
+        int64_t ko = k_off(s, b, u, g), vo = v_off(s, b, u, g);
+        for (int64_t d = 0; d < hd; d++) {
+          rt_store(dqkv, ko + d, g1[d] * s->scale);
+          rt_store(dqkv, vo + d, g2[d]);
+        }
+      }
+}
+
+static int attn_shape(const rt_KernelArgs *a, const rt_View *qkv, AttnShape *s, char *err,
+                      size_t errlen, const char *OP) {
+  double nh = rt_attr(a, "heads", 0), kvh = rt_attr(a, "kv_heads", nh);
+  REQUIRE(nh >= 1 && kvh >= 1 && nh == (int64_t)nh && kvh == (int64_t)kvh, "attrs heads/kv_heads missing or bad");
+  s->NH = (int64_t)nh;
+  s->KVH = (int64_t)kvh;
+  REQUIRE(s->NH % s->KVH == 0, "heads %lld not a multiple of kv_heads %lld", (long long)s->NH, (long long)s->KVH);
+  REQUIRE(qkv->rank == 3 && is_float(qkv), "qkv must be float [B,T,(NH+2KVH)hd]");
+  s->B = qkv->shape[0];
+  s->T = qkv->shape[1];
+  s->row = qkv->shape[2];
+  REQUIRE(s->row % (s->NH + 2 * s->KVH) == 0, "last dim %lld not divisible by heads + 2 kv_heads", (long long)s->row);
+  s->hd = s->row / (s->NH + 2 * s->KVH);
+  REQUIRE(s->hd >= 1 && s->hd <= ATTN_MAX_HD, "head dim %lld outside [1, %d]", (long long)s->hd, ATTN_MAX_HD);
+  s->scale = 1.0f / sqrtf((float)s->hd);
+  return 0;
+}
+
+static int k_attention(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "attention";
+  REQUIRE(a->nin == 1 && a->nout == 2, "want 1 input (qkv) and 2 outputs (y, lse)");
+  AttnShape s;
+  int rc = attn_shape(a, &a->in[0], &s, err, errlen, OP);
+  if (rc) return rc;
+  const rt_View *y = &a->out[0], *lse = &a->out[1];
+  REQUIRE(is_float(y) && y->numel == s.B * s.T * s.NH * s.hd, "y must be float [B,T,NH hd]");
+  REQUIRE(lse->dtype == RT_F32 && lse->numel == s.B * s.NH * s.T, "lse must be f32 [B,NH,T]");
+  attention_forward(y, lse->data, &a->in[0], &s);
+  return 0;
+}
+
+static int k_attention_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "attention_backward";
+  REQUIRE(a->nin == 4 && a->nout == 1, "want 4 inputs (dy, qkv, y, lse) and 1 output (dqkv)");
+  AttnShape s;
+  int rc = attn_shape(a, &a->in[1], &s, err, errlen, OP);
+  if (rc) return rc;
+  const rt_View *dy = &a->in[0], *y = &a->in[2], *lse = &a->in[3], *dqkv = &a->out[0];
+  int64_t ny = s.B * s.T * s.NH * s.hd;
+  REQUIRE(is_float(dy) && is_float(y) && dy->numel == ny && y->numel == ny, "dy, y must be float [B,T,NH hd]");
+  REQUIRE(lse->dtype == RT_F32 && lse->numel == s.B * s.NH * s.T, "lse must be f32 [B,NH,T]");
+  REQUIRE(is_float(dqkv) && dqkv->numel == a->in[1].numel, "dqkv must be float, shaped as qkv");
+  REQUIRE(a->workspace && a->workspace_bytes >= s.B * s.NH * s.T * (int64_t)sizeof(float),
+          "workspace of %lld bytes needed", (long long)(s.B * s.NH * s.T * (int64_t)sizeof(float)));
+  attention_backward(dqkv, a->workspace, dy, &a->in[1], y, lse->data, &s);
+  return 0;
+}
+
+/* ------------------------------------------------------------------- rope */
+
+/* Rotates pairs (2i, 2i+1) of every q and k head at position t by
+ * t * theta^(-2i/hd); the angle is formed in double. sign -1 applies the
+ * inverse rotation, which is the backward. v is copied. */
+static void rope_apply(const rt_View *out, const rt_View *in, const AttnShape *s, double theta,
+                       float sign) {
+  int64_t hd = s->hd, nrot = s->NH + s->KVH;
+  for (int64_t b = 0; b < s->B; b++)
+    for (int64_t t = 0; t < s->T; t++) {
+      int64_t o = (b * s->T + t) * s->row;
+      for (int64_t i = 0; i < hd / 2; i++) {
+        double ang = (double)t * pow(theta, -(double)(2 * i) / (double)hd);
+        float c = (float)cos(ang), sn = sign * (float)sin(ang);
+        for (int64_t h = 0; h < nrot; h++) {
+          int64_t e = o + h * hd + 2 * i;
+          float x0 = rt_load(in, e), x1 = rt_load(in, e + 1);
+          rt_store(out, e, x0 * c - x1 * sn);
+          rt_store(out, e + 1, x0 * sn + x1 * c);
+        }
+      }
+      for (int64_t e = o + nrot * hd; e < o + s->row; e++) rt_store(out, e, rt_load(in, e));
+    }
+}
+
+static int rope_common(const rt_KernelArgs *a, char *err, size_t errlen, float sign, const char *OP) {
+  REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
+  AttnShape s;
+  int rc = attn_shape(a, &a->in[0], &s, err, errlen, OP);
+  if (rc) return rc;
+  REQUIRE(s.hd % 2 == 0, "head dim %lld must be even", (long long)s.hd);
+  REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "output must be float, shaped as input");
+  rope_apply(&a->out[0], &a->in[0], &s, rt_attr(a, "theta", 10000.0), sign);
+  return 0;
+}
+
+static int k_rope(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return rope_common(a, err, errlen, 1.0f, "rope");
+}
+
+static int k_rope_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return rope_common(a, err, errlen, -1.0f, "rope_backward");
+}
+
+/* ------------------------------------------------------- gelu, swiglu, add */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+static void gelu_forward(const rt_View *y, const rt_View *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = rt_load(x, i);
+    float u = GELU_K * (v + 0.044715f * v * v * v);
+    rt_store(y, i, 0.5f * v * (1.0f + tanhf(u)));
+  }
+}
+
+static void gelu_backward(const rt_View *dx, const rt_View *dy, const rt_View *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = rt_load(x, i);
+    float u = GELU_K * (v + 0.044715f * v * v * v);
+    float th = tanhf(u);
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+    float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
+    rt_store(dx, i, rt_load(dy, i) * g);
+  }
+}
+
+static int k_gelu(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "gelu";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
+  REQUIRE(is_float(&a->in[0]) && is_float(&a->out[0]) && a->in[0].numel == a->out[0].numel,
+          "x and y must be float and the same size");
+  gelu_forward(&a->out[0], &a->in[0], a->in[0].numel);
+  return 0;
+}
+
+static int k_gelu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "gelu_backward";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want 2 inputs (dy, x) and 1 output (dx)");
+  int64_t n = a->in[1].numel;
+  REQUIRE(is_float(&a->in[0]) && is_float(&a->in[1]) && is_float(&a->out[0]) &&
+          a->in[0].numel == n && a->out[0].numel == n, "dy, x, dx must be float and the same size");
+  gelu_backward(&a->out[0], &a->in[0], &a->in[1], n);
+  return 0;
+}
+
+static float sigmoidf(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+static void swiglu_forward(const rt_View *y, const rt_View *gu, int64_t N, int64_t F) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t f = 0; f < F; f++) {
+      float g = rt_load(gu, n * 2 * F + f), u = rt_load(gu, n * 2 * F + F + f);
+      rt_store(y, n * F + f, g * sigmoidf(g) * u);
+    }
+}
+
+static void swiglu_backward(const rt_View *dgu, const rt_View *dy, const rt_View *gu, int64_t N,
+                            int64_t F) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t f = 0; f < F; f++) {
+      float g = rt_load(gu, n * 2 * F + f), u = rt_load(gu, n * 2 * F + F + f);
+      float d = rt_load(dy, n * F + f), sg = sigmoidf(g);
+      rt_store(dgu, n * 2 * F + f, d * u * sg * (1.0f + g * (1.0f - sg)));
+      rt_store(dgu, n * 2 * F + F + f, d * g * sg);
+    }
+}
+
+static int k_swiglu(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "swiglu";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input (gu) and 1 output (y)");
+  const rt_View *gu = &a->in[0], *y = &a->out[0];
+  int64_t F = last_dim(y), N = F ? y->numel / F : 0;
+  REQUIRE(is_float(gu) && is_float(y) && last_dim(gu) == 2 * F && gu->numel == 2 * y->numel,
+          "gu must be float [.., 2F] and y [.., F]");
+  swiglu_forward(y, gu, N, F);
+  return 0;
+}
+
+static int k_swiglu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "swiglu_backward";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want 2 inputs (dy, gu) and 1 output (dgu)");
+  const rt_View *dy = &a->in[0], *gu = &a->in[1], *dgu = &a->out[0];
+  int64_t F = last_dim(dy), N = F ? dy->numel / F : 0;
+  REQUIRE(is_float(dy) && is_float(gu) && is_float(dgu) && last_dim(gu) == 2 * F &&
+          gu->numel == 2 * dy->numel && dgu->numel == gu->numel, "dy [.., F], gu and dgu [.., 2F], float");
+  swiglu_backward(dgu, dy, gu, N, F);
+  return 0;
+}
+
+static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "add";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want 2 inputs and 1 output");
+  const rt_View *x = &a->in[0], *z = &a->in[1], *y = &a->out[0];
+  REQUIRE(is_float(x) && is_float(z) && is_float(y) && x->numel == y->numel && z->numel == y->numel,
+          "a, b, y must be float and the same size");
+  for (int64_t i = 0; i < y->numel; i++) rt_store(y, i, rt_load(x, i) + rt_load(z, i));
+  return 0;
+}
+
+/* ----------------------------------------------------------- crossentropy */
+
+/* The mean loss is summed in double over rows in order: one number, fixed
+ * order, and no f32 drift over B*T terms. */
+static void crossentropy_forward(float *loss, float *lse, const rt_View *logits, const int32_t *tgt,
+                                 int64_t N, int64_t V) {
+  double total = 0.0;
+  for (int64_t n = 0; n < N; n++) {
+    int64_t o = n * V;
+    float mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++) {
+      float l = rt_load(logits, o + v);
+      if (l > mx) mx = l;
+    }
+    float s = 0.0f;
+    for (int64_t v = 0; v < V; v++) s += expf(rt_load(logits, o + v) - mx);
+    float L = mx + logf(s);
+    lse[n] = L;
+    total += (double)(L - rt_load(logits, o + tgt[n]));
+  }
+  loss[0] = (float)(total / (double)N);
+}
+
+static void crossentropy_backward(const rt_View *dlogits, const rt_View *logits, const float *lse,
+                                  const int32_t *tgt, int64_t N, int64_t V) {
+  float inv = 1.0f / (float)N;
+  for (int64_t n = 0; n < N; n++) {
+    int64_t o = n * V;
+    for (int64_t v = 0; v < V; v++) {
+      float p = expf(rt_load(logits, o + v) - lse[n]);
+      rt_store(dlogits, o + v, (p - (v == tgt[n] ? 1.0f : 0.0f)) * inv);
+    }
+  }
+}
+
+static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "crossentropy";
+  REQUIRE(a->nin == 2 && a->nout == 2, "want 2 inputs (logits, targets) and 2 outputs (loss, lse)");
+  const rt_View *logits = &a->in[0], *tgt = &a->in[1], *loss = &a->out[0], *lse = &a->out[1];
+  int64_t V = last_dim(logits), N = V ? logits->numel / V : 0;
+  REQUIRE(is_float(logits) && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
+          "logits must be float [B,T,V], targets i32 [B,T]");
+  REQUIRE(loss->dtype == RT_F32 && loss->numel == 1 && lse->dtype == RT_F32 && lse->numel == N,
+          "loss must be f32 [1], lse f32 [B,T]");
+  int rc = check_tokens(tgt->data, N, V, err, errlen, OP);
+  if (rc) return rc;
+  crossentropy_forward(loss->data, lse->data, logits, tgt->data, N, V);
+  return 0;
+}
+
+static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "crossentropy_backward";
+  REQUIRE(a->nin == 3 && a->nout == 1, "want 3 inputs (logits, lse, targets) and 1 output (dlogits)");
+  const rt_View *logits = &a->in[0], *lse = &a->in[1], *tgt = &a->in[2], *dl = &a->out[0];
+  int64_t V = last_dim(logits), N = V ? logits->numel / V : 0;
+  REQUIRE(is_float(logits) && is_float(dl) && dl->numel == logits->numel, "logits, dlogits must be float [B,T,V]");
+  REQUIRE(lse->dtype == RT_F32 && lse->numel == N && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
+          "lse must be f32 [B,T], targets i32 [B,T]");
+  int rc = check_tokens(tgt->data, N, V, err, errlen, OP);
+  if (rc) return rc;
+  crossentropy_backward(dl, logits, lse->data, tgt->data, N, V);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ adamw */
+
+typedef struct {
+  float lr, beta1, beta2, eps, wd, bc1, bc2;
+} AdamW;
+
+/* torch.optim.AdamW: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p). The
+ * f32 master copy, when present, is the value updated; param gets its
+ * rounding. */
+static void adamw_update(const rt_View *param, const rt_View *param_out, const float *m,
+                         const float *v, const float *master, const rt_View *m_out,
+                         const rt_View *v_out, const rt_View *master_out, const rt_View *grad,
+                         int64_t n, const AdamW *h) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = rt_load(grad, i);
+    float p = master ? master[i] : rt_load(param, i);
+    float mi = h->beta1 * m[i] + (1.0f - h->beta1) * g;
+    float vi = h->beta2 * v[i] + (1.0f - h->beta2) * g * g;
+    float mh = mi / h->bc1, vh = vi / h->bc2;
+    p -= h->lr * (mh / (sqrtf(vh) + h->eps) + h->wd * p);
+    ((float *)m_out->data)[i] = mi;
+    ((float *)v_out->data)[i] = vi;
+    if (master) ((float *)master_out->data)[i] = p;
+    rt_store(param_out, i, p);
+  }
+}
+
+static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "adamw";
+  REQUIRE((a->nin == 4 && a->nout == 3) || (a->nin == 5 && a->nout == 4),
+          "want inputs (param, grad, m, v[, master]) and outputs (param, m, v[, master])");
+  /* Each output is read through its input view and written through its
+   * own; element i is read before it is written, so in place is safe. */
+  const rt_View *grad = &a->in[1];
+  int64_t n = a->in[0].numel;
+  for (int i = 0; i < a->nout; i++) {
+    const rt_View *in = &a->in[i == 0 ? 0 : i + 1], *out = &a->out[i];
+    REQUIRE(in->numel == n && out->numel == n && in->dtype == out->dtype, "state %d: shapes or dtypes differ", i);
+    REQUIRE(i == 0 ? is_float(out) : out->dtype == RT_F32, "param must be float, m, v and master f32");
+  }
+  REQUIRE(is_float(grad) && grad->numel == n, "grad must be float, param's size");
+  REQUIRE(a->step >= 1, "step %lld: the step number is 1-based", (long long)a->step);
+  AdamW h;
+  double b1 = rt_attr(a, "beta1", 0.9), b2 = rt_attr(a, "beta2", 0.999);
+  h.lr = (float)rt_attr(a, "lr", 1e-3);
+  h.beta1 = (float)b1;
+  h.beta2 = (float)b2;
+  h.eps = (float)rt_attr(a, "eps", 1e-8);
+  h.wd = (float)rt_attr(a, "weight_decay", 0.01);
+  h.bc1 = (float)(1.0 - pow(b1, (double)a->step));
+  h.bc2 = (float)(1.0 - pow(b2, (double)a->step));
+  adamw_update(&a->in[0], &a->out[0], a->in[2].data, a->in[3].data, a->nin == 5 ? a->in[4].data : NULL,
+               &a->out[1], &a->out[2], a->nout == 4 ? &a->out[3] : NULL, grad, n, &h);
+  return 0;
+}
+
+const rt_KernelEntry rt_cpu_kernels[] = {
+  {"encoder", k_encoder},
+  {"encoder_backward", k_encoder_backward},
+  {"embedding", k_embedding},
+  {"embedding_backward", k_embedding_backward},
+  {"layernorm", k_layernorm},
+  {"layernorm_backward", k_layernorm_backward},
+  {"rmsnorm", k_rmsnorm},
+  {"rmsnorm_backward", k_rmsnorm_backward},
+  {"matmul", k_matmul},
+  {"matmul_backward", k_matmul_backward},
+  {"attention", k_attention},
+  {"attention_backward", k_attention_backward},
+  {"rope", k_rope},
+  {"rope_backward", k_rope_backward},
+  {"gelu", k_gelu},
+  {"gelu_backward", k_gelu_backward},
+  {"swiglu", k_swiglu},
+  {"swiglu_backward", k_swiglu_backward},
+  {"add", k_add},
+  {"crossentropy", k_crossentropy},
+  {"crossentropy_backward", k_crossentropy_backward},
+  {"adamw", k_adamw},
+  {NULL, NULL},
+};
