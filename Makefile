@@ -15,7 +15,7 @@ BUILD   := build/rel
 endif
 
 # Debian packages the build and tests need; installed when missing.
-DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config
+DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config python3-torch python3-numpy
 DEPS_STAMP := build/.deps-ok
 
 COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))

@@ -139,6 +139,12 @@ static const GradCase cases[] = {
    1, {0}, {0}, {{0}}, 0, 0, 0},
   {"crossentropy", "crossentropy", "crossentropy_backward", 2, {F3(2, 3, 7), I2(2, 3, 7)}, 2,
    {{'s', 1, {1}, 0}, S2(2, 3)}, 0, 1, 3, {0, SRC_OUT + 1, 1}, 1, {0}, {0}, {{0}}, 0, 0, 0},
+  /* Larger shapes: long sums, kv heads shared by 4 query heads. */
+  {"matmul_big", "matmul", "matmul_backward", 3, {F3(2, 16, 64), F2(48, 64), F1(48)}, 1,
+   {F3(2, 16, 48)}, 0, 0, 3, {SRC_DY, 0, 1}, 3, {0, 1, 2}, {0, 1, 1}, {{0}}, 0, 0, 0},
+  {"attention_big", "attention", "attention_backward", 1, {F3(2, 16, 96)}, 2,
+   {F3(2, 16, 64), S3(2, 4, 16)}, 0, 0, 4, {SRC_DY, 0, SRC_OUT + 0, SRC_OUT + 1}, 1, {0}, {0},
+   {{"heads", 4}, {"kv_heads", 1}}, 2, 2 * 16 * 64 * 4, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
