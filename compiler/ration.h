@@ -293,4 +293,33 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
 /* NAME.plan.json text. */
 int emit_plan_json(const Plan *p, const Graph *g, Buf *out);
 
+/* --------------------------------------------------------------- model */
+
+/* A transformer or unet configuration for `ration model`. For unet, layers is
+ * the number of resolution levels, dim the base channel count and seq the
+ * image side; heads, kv_heads, ffn and vocab are unused. */
+typedef struct ModelConfig {
+  const char *family; /* gpt2 | llama | unet */
+  const char *name;   /* the graph's "name" */
+  int layers, dim, heads, kv_heads, ffn, vocab, seq, batch;
+  DType dtype; /* f32 or bf16: params, grads and activations */
+  bool tied;   /* lm head shares wte (always for gpt2) */
+  double eps, theta, lr, weight_decay;
+} ModelConfig;
+
+typedef struct ModelStats {
+  int64_t params, param_bytes, stashed_bytes;
+  int ntensors, nops, nstashed;
+} ModelStats;
+
+/* The family's reference configuration (gpt2: 124M; llama: Llama-3-8B;
+ * unet: 4 levels, 64 channels, 256x256). */
+int model_defaults(const char *family, ModelConfig *c, Err *e);
+/* The joint training graph as "ration-graph/1" JSON text, one tensor or op
+ * per line; byte-identical for equal configs. */
+int model_build(const ModelConfig *c, Buf *json_out, Err *e);
+int model_stats(const ModelConfig *c, ModelStats *s, Err *e);
+/* Parameter elements; -1 with e set on a bad config. */
+int64_t model_param_count(const ModelConfig *c, Err *e);
+
 #endif
