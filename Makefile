@@ -58,6 +58,22 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIBCOMPILER) $(LIBRATION)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCOMPILER) $(LIBRATION) $(LDLIBS)
 
+# CUDA kernels: built only when nvcc exists; nothing else needs them.
+CUDA_HOME ?= /usr/local/cuda
+NVCCFLAGS := -O2 -std=c++17 --fmad=false -Iruntime \
+  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+LIBCUDA := $(BUILD)/libration_cuda.a
+ifneq ($(NVCC),)
+all: $(LIBCUDA)
+test: $(LIBCUDA)
+endif
+$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/kernels_cuda.h runtime/kernels.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o
+	@rm -f $@; ar rcs $@ $^
+
 test: $(BIN) $(TEST_BIN)
 	@BUILD=$(BUILD) NVCC="$(NVCC)" sh tests/run.sh
 

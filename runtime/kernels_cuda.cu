@@ -1,0 +1,1031 @@
+/*
+ * kernels_cuda.cu - the CUDA kernels, one per op type of docs/OPS.md with the
+ * semantics of the CPU reference (kernels_cpu.c), which the tests check and
+ * which these mirror loop for loop: the same two-pass attention (dq per
+ * query row, dk/dv per key row, no atomics), the same column sums for
+ * weight gradients in row order, the loss mean summed in double. Row
+ * reductions use one warp per row and a fixed shuffle tree, so every kernel
+ * is deterministic. Matmuls go through cuBLASLt with a plan (descriptors,
+ * layouts, algorithm) chosen once per shape and cached in the context.
+ * Compiled with --fmad=false so that a*b+c rounds twice, as on the CPU.
+ */
+extern "C" {
+#include "kernels.h"
+#include "kernels_cuda.h"
+}
+
+#include <cublasLt.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define THREADS 256
+#define WARPS_PER_BLOCK (THREADS / 32)
+/* Head dims up to 256: each lane of the row's warp keeps hd/32 values of
+ * q, dq, dk, dv in registers. */
+#define CU_MAX_HD 256
+#define HD_PER_LANE (CU_MAX_HD / 32)
+#define PLAN_CAP 128
+#define LT_WORKSPACE (32u << 20)
+
+/* ------------------------------------------------------------- context */
+
+typedef struct {
+  int64_t m, n, k, lda, ldb, ldc;
+  int dtype, ta, tb, bias, beta;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+} Plan;
+
+struct rt_CudaKernelCtx {
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  void *lt_ws;
+  int *status; /* device word: nonzero once a kernel saw a bad index */
+  Plan plans[PLAN_CAP];
+  int nplans;
+};
+
+static int fail(char *err, size_t errlen, int code, const char *op, const char *fmt, ...) {
+  if (err && errlen) {
+    int n = snprintf(err, errlen, "%s: ", op);
+    if (n >= 0 && (size_t)n < errlen) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return code;
+}
+
+#define REQUIRE(cond, ...) \
+  do { if (!(cond)) return fail(err, errlen, RT_KERNEL_EARGS, OP, __VA_ARGS__); } while (0)
+
+static int launched(char *err, size_t errlen, const char *op) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(err, errlen, RT_KERNEL_EDEVICE, op, "%s", cudaGetErrorString(e));
+  return 0;
+}
+
+extern "C" int rt_cuda_kernel_ctx_create(rt_CudaKernelCtx **out, void *stream, char *err, size_t errlen) {
+  const char *OP = "cuda kernels";
+  rt_CudaKernelCtx *c = (rt_CudaKernelCtx *)calloc(1, sizeof *c);
+  *out = NULL;
+  if (!c) return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "out of host memory");
+  c->stream = (cudaStream_t)stream;
+  if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+    free(c);
+    return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "cublasLtCreate failed");
+  }
+  cudaError_t e = cudaMalloc(&c->lt_ws, LT_WORKSPACE);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&c->status, sizeof(int));
+  if (e == cudaSuccess) e = cudaMemset(c->status, 0, sizeof(int));
+  if (e != cudaSuccess) {
+    rt_cuda_kernel_ctx_destroy(c);
+    return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "%s", cudaGetErrorString(e));
+  }
+  *out = c;
+  return 0;
+}
+
+extern "C" void rt_cuda_kernel_ctx_destroy(rt_CudaKernelCtx *c) {
+  if (!c) return;
+  for (int i = 0; i < c->nplans; i++) {
+    Plan *p = &c->plans[i];
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->desc);
+  }
+  if (c->lt) cublasLtDestroy(c->lt);
+  cudaFree(c->lt_ws);
+  cudaFree(c->status);
+  free(c);
+}
+
+extern "C" int rt_cuda_kernel_ctx_status(rt_CudaKernelCtx *c, char *err, size_t errlen) {
+  int h = 0;
+  cudaError_t e = cudaMemcpy(&h, c->status, sizeof h, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess && h) e = cudaMemset(c->status, 0, sizeof(int));
+  if (e != cudaSuccess) return fail(err, errlen, RT_KERNEL_EDEVICE, "cuda kernels", "%s", cudaGetErrorString(e));
+  if (h) return fail(err, errlen, RT_KERNEL_EVALUE, "cuda kernels", "a token or target id was outside [0, V)");
+  return 0;
+}
+
+static rt_CudaKernelCtx *ctx_of(const rt_KernelArgs *a) { return (rt_CudaKernelCtx *)a->backend_ctx; }
+
+/* ------------------------------------------------------ device storage */
+
+typedef struct {
+  void *p;
+  int dt;
+} DV;
+
+static DV dv(const rt_View *v) {
+  DV d = {v->data, (int)v->dtype};
+  return d;
+}
+static DV dv_none(void) {
+  DV d = {NULL, RT_F32};
+  return d;
+}
+
+__device__ __forceinline__ float ld(DV v, int64_t i) {
+  if (v.dt == RT_F32) return ((const float *)v.p)[i];
+  unsigned short h = ((const unsigned short *)v.p)[i];
+  if (v.dt == RT_BF16) return __uint_as_float((unsigned)h << 16);
+  return __half2float(__ushort_as_half(h));
+}
+
+/* bf16: round to nearest even, NaN stays quiet NaN: rt_f32_to_bf16's bits. */
+__device__ __forceinline__ void st(DV v, int64_t i, float x) {
+  if (v.dt == RT_F32) {
+    ((float *)v.p)[i] = x;
+  } else if (v.dt == RT_BF16) {
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u = (u >> 16) | 0x40u;
+    else u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    ((unsigned short *)v.p)[i] = (unsigned short)u;
+  } else {
+    ((unsigned short *)v.p)[i] = __half_as_ushort(__float2half_rn(x));
+  }
+}
+
+/* XOR butterfly: every lane ends with the same value, formed by the same
+ * tree whatever the run. */
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+static unsigned nblocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define WARP_ROW() \
+  const int64_t row = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32; \
+  const int lane = threadIdx.x % 32
+
+static int is_float(const rt_View *v) { return v->dtype == RT_F32 || v->dtype == RT_BF16 || v->dtype == RT_F16; }
+static int64_t last_dim(const rt_View *v) { return v->rank > 0 ? v->shape[v->rank - 1] : 1; }
+
+/* ------------------------------------------------------------- encoder */
+
+__global__ void encoder_forward_k(DV x, const int *tok, DV wte, DV wpe, int64_t N, int64_t T, int64_t C,
+                                  int64_t V, int *status) {
+  GRID_STRIDE(i, N * C) {
+    int64_t n = i / C, c = i % C;
+    int t = tok[n];
+    if (t < 0 || t >= V) {
+      *status = 1;
+      continue;
+    }
+    float v = ld(wte, (int64_t)t * C + c);
+    if (wpe.p) v += ld(wpe, (n % T) * C + c);
+    st(x, i, v);
+  }
+}
+
+/* One thread per column walks the tokens in order, as the CPU does. */
+__global__ void encoder_backward_wte_k(DV dwte, DV dx, const int *tok, int64_t N, int64_t C, int64_t V,
+                                       int *status) {
+  GRID_STRIDE(c, C) {
+    for (int64_t n = 0; n < N; n++) {
+      int t = tok[n];
+      if (t < 0 || t >= V) {
+        *status = 1;
+        continue;
+      }
+      int64_t o = (int64_t)t * C + c;
+      st(dwte, o, ld(dwte, o) + ld(dx, n * C + c));
+    }
+  }
+}
+
+__global__ void encoder_backward_wpe_k(DV dwpe, DV dx, int64_t N, int64_t T, int64_t C) {
+  GRID_STRIDE(i, T * C) {
+    int64_t t = i / C, c = i % C;
+    float s = 0.0f;
+    for (int64_t n = t; n < N; n += T) s += ld(dx, n * C + c);
+    st(dwpe, i, ld(dwpe, i) + s);
+  }
+}
+
+static int encoder_common(const rt_KernelArgs *a, char *err, size_t errlen, int with_pos, const char *OP) {
+  REQUIRE(a->nout == 1 && a->nin == (with_pos ? 3 : 2), "want %d inputs and 1 output", with_pos ? 3 : 2);
+  const rt_View *x = &a->out[0], *tok = &a->in[0], *wte = &a->in[1];
+  const rt_View *wpe = with_pos ? &a->in[2] : NULL;
+  REQUIRE(tok->dtype == RT_I32 && tok->rank >= 1, "tokens must be i32");
+  REQUIRE(is_float(x) && is_float(wte) && (!wpe || is_float(wpe)), "x, wte, wpe must be float");
+  int64_t N = tok->numel, T = last_dim(tok), C = last_dim(x);
+  REQUIRE(wte->rank == 2 && wte->shape[1] == C && x->numel == N * C, "x must be [B,T,C], wte [V,C]");
+  REQUIRE(!wpe || (wpe->rank == 2 && wpe->shape[1] == C && wpe->shape[0] >= T), "wpe must be [>=T,C]");
+  rt_CudaKernelCtx *c = ctx_of(a);
+  encoder_forward_k<<<nblocks(N * C, THREADS), THREADS, 0, c->stream>>>(
+      dv(x), (const int *)tok->data, dv(wte), wpe ? dv(wpe) : dv_none(), N, T, C, wte->shape[0], c->status);
+  return launched(err, errlen, OP);
+}
+
+static int k_encoder(const rt_KernelArgs *a, char *err, size_t errlen) { return encoder_common(a, err, errlen, 1, "encoder"); }
+static int k_embedding(const rt_KernelArgs *a, char *err, size_t errlen) { return encoder_common(a, err, errlen, 0, "embedding"); }
+
+static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t errlen, int with_pos, const char *OP) {
+  REQUIRE(a->nin == 2 && a->nout == (with_pos ? 2 : 1), "want 2 inputs and %d outputs", with_pos ? 2 : 1);
+  const rt_View *dx = &a->in[0], *tok = &a->in[1], *dwte = &a->out[0];
+  const rt_View *dwpe = with_pos ? &a->out[1] : NULL;
+  REQUIRE(tok->dtype == RT_I32 && tok->rank >= 1, "tokens must be i32");
+  REQUIRE(is_float(dx) && is_float(dwte) && (!dwpe || is_float(dwpe)), "dx, dwte, dwpe must be float");
+  int64_t N = tok->numel, T = last_dim(tok), C = last_dim(dx);
+  REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
+  REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
+  rt_CudaKernelCtx *c = ctx_of(a);
+  encoder_backward_wte_k<<<nblocks(C, THREADS), THREADS, 0, c->stream>>>(dv(dwte), dv(dx), (const int *)tok->data,
+                                                                          N, C, dwte->shape[0], c->status);
+  if (dwpe) encoder_backward_wpe_k<<<nblocks(T * C, THREADS), THREADS, 0, c->stream>>>(dv(dwpe), dv(dx), N, T, C);
+  return launched(err, errlen, OP);
+}
+
+static int k_encoder_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return encoder_backward_common(a, err, errlen, 1, "encoder_backward");
+}
+static int k_embedding_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return encoder_backward_common(a, err, errlen, 0, "embedding_backward");
+}
+
+/* --------------------------------------------------------------- norms */
+
+__global__ void layernorm_forward_k(DV y, float *mean, float *rstd, DV x, DV w, DV b, int64_t N, int64_t C,
+                                    float eps) {
+  WARP_ROW();
+  if (row >= N) return;
+  int64_t o = row * C;
+  float m = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) m += ld(x, o + c);
+  m = warp_sum(m) / (float)C;
+  float v = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    float d = ld(x, o + c) - m;
+    v += d * d;
+  }
+  v = warp_sum(v) / (float)C;
+  float r = 1.0f / sqrtf(v + eps);
+  for (int64_t c = lane; c < C; c += 32) {
+    float xh = (ld(x, o + c) - m) * r;
+    st(y, o + c, xh * ld(w, c) + ld(b, c));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+__global__ void layernorm_backward_dx_k(DV dx, DV dy, DV x, DV w, const float *mean, const float *rstd,
+                                        int64_t N, int64_t C) {
+  WARP_ROW();
+  if (row >= N) return;
+  int64_t o = row * C;
+  float m = mean[row], r = rstd[row], sd = 0.0f, sdx = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    float dn = ld(dy, o + c) * ld(w, c);
+    sd += dn;
+    sdx += dn * (ld(x, o + c) - m) * r;
+  }
+  sd = warp_sum(sd) / (float)C;
+  sdx = warp_sum(sdx) / (float)C;
+  for (int64_t c = lane; c < C; c += 32) {
+    float xh = (ld(x, o + c) - m) * r;
+    float dn = ld(dy, o + c) * ld(w, c);
+    st(dx, o + c, (dn - sd - xh * sdx) * r);
+  }
+}
+
+/* One thread per column sums the rows in order: the CPU's loop exactly. */
+__global__ void layernorm_backward_dwdb_k(DV dw, DV db, DV dy, DV x, const float *mean, const float *rstd,
+                                          int64_t N, int64_t C) {
+  GRID_STRIDE(c, C) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+      float d = ld(dy, n * C + c);
+      sw += d * ((ld(x, n * C + c) - mean[n]) * rstd[n]);
+      sb += d;
+    }
+    st(dw, c, ld(dw, c) + sw);
+    st(db, c, ld(db, c) + sb);
+  }
+}
+
+static int k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "layernorm";
+  REQUIRE(a->nin == 3 && a->nout == 3, "want 3 inputs (x, w, b) and 3 outputs (y, mean, rstd)");
+  const rt_View *x = &a->in[0], *w = &a->in[1], *b = &a->in[2];
+  const rt_View *y = &a->out[0], *mean = &a->out[1], *rstd = &a->out[2];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(x) && is_float(w) && is_float(b) && is_float(y), "x, w, b, y must be float");
+  REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
+  REQUIRE(w->numel == C && b->numel == C && y->numel == x->numel && mean->numel == N && rstd->numel == N,
+          "shapes must be x,y [B,T,C], w,b [C], mean,rstd [B,T]");
+  layernorm_forward_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
+      dv(y), (float *)mean->data, (float *)rstd->data, dv(x), dv(w), dv(b), N, C, (float)rt_attr(a, "eps", 1e-5));
+  return launched(err, errlen, OP);
+}
+
+static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "layernorm_backward";
+  REQUIRE(a->nin == 5 && a->nout == 3, "want 5 inputs (dy, x, w, mean, rstd) and 3 outputs (dx, dw, db)");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *mean = &a->in[3], *rstd = &a->in[4];
+  const rt_View *dx = &a->out[0], *dw = &a->out[1], *db = &a->out[2];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) && is_float(db),
+          "dy, x, w, dx, dw, db must be float");
+  REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
+  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C && db->numel == C &&
+          mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
+  cudaStream_t s = ctx_of(a)->stream;
+  const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
+  layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
+  layernorm_backward_dwdb_k<<<nblocks(C, THREADS), THREADS, 0, s>>>(dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C);
+  return launched(err, errlen, OP);
+}
+
+__global__ void rmsnorm_forward_k(DV y, float *rstd, DV x, DV w, int64_t N, int64_t C, float eps) {
+  WARP_ROW();
+  if (row >= N) return;
+  int64_t o = row * C;
+  float ss = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    float v = ld(x, o + c);
+    ss += v * v;
+  }
+  float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
+  for (int64_t c = lane; c < C; c += 32) st(y, o + c, ld(x, o + c) * r * ld(w, c));
+  if (lane == 0) rstd[row] = r;
+}
+
+__global__ void rmsnorm_backward_dx_k(DV dx, DV dy, DV x, DV w, const float *rstd, int64_t N, int64_t C) {
+  WARP_ROW();
+  if (row >= N) return;
+  int64_t o = row * C;
+  float r = rstd[row], s = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) s += ld(dy, o + c) * ld(w, c) * (ld(x, o + c) * r);
+  s = warp_sum(s) / (float)C;
+  for (int64_t c = lane; c < C; c += 32) {
+    float xh = ld(x, o + c) * r;
+    st(dx, o + c, (ld(dy, o + c) * ld(w, c) - xh * s) * r);
+  }
+}
+
+__global__ void rmsnorm_backward_dw_k(DV dw, DV dy, DV x, const float *rstd, int64_t N, int64_t C) {
+  GRID_STRIDE(c, C) {
+    float sw = 0.0f;
+    for (int64_t n = 0; n < N; n++) sw += ld(dy, n * C + c) * (ld(x, n * C + c) * rstd[n]);
+    st(dw, c, ld(dw, c) + sw);
+  }
+}
+
+static int k_rmsnorm(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "rmsnorm";
+  REQUIRE(a->nin == 2 && a->nout == 2, "want 2 inputs (x, w) and 2 outputs (y, rstd)");
+  const rt_View *x = &a->in[0], *w = &a->in[1], *y = &a->out[0], *rstd = &a->out[1];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(x) && is_float(w) && is_float(y) && rstd->dtype == RT_F32, "x, w, y must be float and rstd f32");
+  REQUIRE(w->numel == C && y->numel == x->numel && rstd->numel == N, "shapes must be x,y [B,T,C], w [C], rstd [B,T]");
+  rmsnorm_forward_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
+      dv(y), (float *)rstd->data, dv(x), dv(w), N, C, (float)rt_attr(a, "eps", 1e-5));
+  return launched(err, errlen, OP);
+}
+
+static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "rmsnorm_backward";
+  REQUIRE(a->nin == 4 && a->nout == 2, "want 4 inputs (dy, x, w, rstd) and 2 outputs (dx, dw)");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *rstd = &a->in[3];
+  const rt_View *dx = &a->out[0], *dw = &a->out[1];
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) && rstd->dtype == RT_F32,
+          "dy, x, w, dx, dw must be float and rstd f32");
+  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C && rstd->numel == N,
+          "shapes do not match rmsnorm's");
+  cudaStream_t s = ctx_of(a)->stream;
+  const float *rp = (const float *)rstd->data;
+  rmsnorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), rp, N, C);
+  rmsnorm_backward_dw_k<<<nblocks(C, THREADS), THREADS, 0, s>>>(dv(dw), dv(dy), dv(x), rp, N, C);
+  return launched(err, errlen, OP);
+}
+
+/* -------------------------------------------------------------- matmul */
+
+static cudaDataType_t lt_type(int dt) {
+  return dt == RT_F32 ? CUDA_R_32F : dt == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* The plan for one product shape, made on first use and kept: cuBLASLt's
+ * heuristic runs once per shape, not per step. */
+static int plan_get(rt_CudaKernelCtx *c, const Plan *key, Plan **out, char *err, size_t errlen) {
+  const char *OP = "matmul";
+  for (int i = 0; i < c->nplans; i++) {
+    Plan *p = &c->plans[i];
+    if (p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda && p->ldb == key->ldb &&
+        p->ldc == key->ldc && p->dtype == key->dtype && p->ta == key->ta && p->tb == key->tb &&
+        p->bias == key->bias && p->beta == key->beta) {
+      *out = p;
+      return 0;
+    }
+  }
+  if (c->nplans == PLAN_CAP) return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "more than %d matmul shapes", PLAN_CAP);
+  Plan *p = &c->plans[c->nplans];
+  *p = *key;
+  cudaDataType_t t = lt_type(key->dtype);
+  cublasOperation_t opa = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "cublasLtMatmulDescCreate failed");
+  ok = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS;
+  if (ok && key->bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    ok = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS;
+  }
+  /* Stored operands are column-major matrices of (rows, cols, ld). */
+  ok = ok &&
+       cublasLtMatrixLayoutCreate(&p->la, t, (uint64_t)(key->ta ? key->k : key->m), (uint64_t)(key->ta ? key->m : key->k),
+                                  key->lda) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&p->lb, t, (uint64_t)(key->tb ? key->n : key->k), (uint64_t)(key->tb ? key->k : key->n),
+                                  key->ldb) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&p->lc, t, (uint64_t)key->m, (uint64_t)key->n, key->ldc) == CUBLAS_STATUS_SUCCESS;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t res;
+  int nres = 0;
+  size_t wsb = LT_WORKSPACE;
+  ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb) ==
+           CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ==
+           CUBLAS_STATUS_SUCCESS &&
+       nres > 0;
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (!ok) {
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->desc);
+    memset(p, 0, sizeof *p);
+    return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "no cuBLASLt algorithm for %lldx%lldx%lld", (long long)key->m,
+                (long long)key->n, (long long)key->k);
+  }
+  p->algo = res.algo;
+  c->nplans++;
+  *out = p;
+  return 0;
+}
+
+/* Column-major D(m,n) = op(A) op(B) (+ beta D) (+ bias[m]). */
+static int lt_matmul(rt_CudaKernelCtx *c, int64_t m, int64_t n, int64_t k, const void *A, int ta, int64_t lda,
+                     const void *B, int tb, int64_t ldb, void *D, int64_t ldc, int dtype, int beta1,
+                     const void *bias, char *err, size_t errlen) {
+  Plan key;
+  memset(&key, 0, sizeof key);
+  key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+  key.dtype = dtype, key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.beta = beta1;
+  Plan *p = NULL;
+  int rc = plan_get(c, &key, &p, err, errlen);
+  if (rc) return rc;
+  if (bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+                  CUBLAS_STATUS_SUCCESS)
+    return fail(err, errlen, RT_KERNEL_EDEVICE, "matmul", "cannot set the bias pointer");
+  float alpha = 1.0f, beta = beta1 ? 1.0f : 0.0f;
+  if (cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->lc, D, p->lc, &p->algo, c->lt_ws,
+                     LT_WORKSPACE, c->stream) != CUBLAS_STATUS_SUCCESS)
+    return fail(err, errlen, RT_KERNEL_EDEVICE, "matmul", "cublasLtMatmul failed");
+  return 0;
+}
+
+__global__ void bias_backward_k(DV dbias, DV dy, int64_t N, int64_t OC) {
+  GRID_STRIDE(o, OC) {
+    float s = 0.0f;
+    for (int64_t n = 0; n < N; n++) s += ld(dy, n * OC + o);
+    st(dbias, o, ld(dbias, o) + s);
+  }
+}
+
+static int k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "matmul";
+  REQUIRE((a->nin == 2 || a->nin == 3) && a->nout == 1, "want inputs (x, w[, bias]) and 1 output");
+  const rt_View *x = &a->in[0], *w = &a->in[1], *bias = a->nin == 3 ? &a->in[2] : NULL, *y = &a->out[0];
+  REQUIRE(is_float(x) && w->dtype == x->dtype && y->dtype == x->dtype && (!bias || bias->dtype == x->dtype),
+          "x, w, bias, y must share one float dtype on CUDA");
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(w->rank == 2 && w->shape[1] == C, "w must be [OC, C] with C the last dim of x");
+  int64_t OC = w->shape[0];
+  REQUIRE(last_dim(y) == OC && y->numel == N * OC && (!bias || bias->numel == OC), "y must be [.., OC], bias [OC]");
+  /* row-major y[N,OC] = x w^T is column-major y^T(OC,N) = w^T(stored) ^T x^T */
+  return lt_matmul(ctx_of(a), OC, N, C, w->data, 1, C, x->data, 0, C, y->data, OC, x->dtype, 0,
+                   bias ? bias->data : NULL, err, errlen);
+}
+
+static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "matmul_backward";
+  REQUIRE(a->nin == 3 && (a->nout == 2 || a->nout == 3), "want inputs (dy, x, w) and outputs (dx, dw[, dbias])");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2];
+  const rt_View *dx = &a->out[0], *dw = &a->out[1], *dbias = a->nout == 3 ? &a->out[2] : NULL;
+  REQUIRE(is_float(x) && dy->dtype == x->dtype && w->dtype == x->dtype && dx->dtype == x->dtype &&
+          dw->dtype == x->dtype && (!dbias || is_float(dbias)), "dy, x, w, dx, dw must share one float dtype on CUDA");
+  int64_t C = last_dim(x), N = C ? x->numel / C : 0;
+  REQUIRE(w->rank == 2 && w->shape[1] == C, "w must be [OC, C] with C the last dim of x");
+  int64_t OC = w->shape[0];
+  REQUIRE(dy->numel == N * OC && dx->numel == x->numel && dw->numel == w->numel && (!dbias || dbias->numel == OC),
+          "shapes do not match matmul's");
+  rt_CudaKernelCtx *c = ctx_of(a);
+  /* dx^T(C,N) = w^T(C,OC) dy^T(OC,N); dw^T(C,OC) += x^T(C,N) dy(N,OC) */
+  int rc = lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, err, errlen);
+  if (!rc) rc = lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, err, errlen);
+  if (rc || !dbias) return rc;
+  bias_backward_k<<<nblocks(OC, THREADS), THREADS, 0, c->stream>>>(dv(dbias), dv(dy), N, OC);
+  return launched(err, errlen, OP);
+}
+
+/* ----------------------------------------------------------- attention */
+
+typedef struct {
+  int64_t B, T, NH, KVH, hd, row;
+  float scale;
+} AttnShape;
+
+__device__ __forceinline__ int64_t q_off(const AttnShape &s, int64_t b, int64_t t, int64_t h) {
+  return (b * s.T + t) * s.row + h * s.hd;
+}
+__device__ __forceinline__ int64_t k_off(const AttnShape &s, int64_t b, int64_t t, int64_t g) {
+  return (b * s.T + t) * s.row + (s.NH + g) * s.hd;
+}
+__device__ __forceinline__ int64_t v_off(const AttnShape &s, int64_t b, int64_t t, int64_t g) {
+  return (b * s.T + t) * s.row + (s.NH + s.KVH + g) * s.hd;
+}
+
+/* A warp per query row; lane l holds dims l, l+32, ... of its vectors. */
+__device__ __forceinline__ void load_lanes(float *r, DV v, int64_t off, int64_t hd, int lane) {
+  for (int j = 0; j < HD_PER_LANE; j++) {
+    int64_t d = lane + 32 * j;
+    r[j] = d < hd ? ld(v, off + d) : 0.0f;
+  }
+}
+__device__ __forceinline__ float dot_lanes(const float *r, DV v, int64_t off, int64_t hd, int lane) {
+  float p = 0.0f;
+  for (int j = 0; j < HD_PER_LANE; j++) {
+    int64_t d = lane + 32 * j;
+    if (d < hd) p += r[j] * ld(v, off + d);
+  }
+  return warp_sum(p);
+}
+
+__global__ void attention_forward_k(DV y, float *lse, DV qkv, AttnShape s) {
+  WARP_ROW();
+  if (row >= s.B * s.NH * s.T) return;
+  int64_t t = row % s.T, h = (row / s.T) % s.NH, b = row / (s.T * s.NH), g = h / (s.NH / s.KVH);
+  float q[HD_PER_LANE], acc[HD_PER_LANE];
+  load_lanes(q, qkv, q_off(s, b, t, h), s.hd, lane);
+  float mx = -INFINITY;
+  for (int64_t u = 0; u <= t; u++) mx = fmaxf(mx, dot_lanes(q, qkv, k_off(s, b, u, g), s.hd, lane) * s.scale);
+  float sum = 0.0f;
+  for (int j = 0; j < HD_PER_LANE; j++) acc[j] = 0.0f;
+  for (int64_t u = 0; u <= t; u++) {
+    float p = expf(dot_lanes(q, qkv, k_off(s, b, u, g), s.hd, lane) * s.scale - mx);
+    sum += p;
+    int64_t vo = v_off(s, b, u, g);
+    for (int j = 0; j < HD_PER_LANE; j++) {
+      int64_t d = lane + 32 * j;
+      if (d < s.hd) acc[j] += p * ld(qkv, vo + d);
+    }
+  }
+  int64_t yo = (b * s.T + t) * s.NH * s.hd + h * s.hd;
+  for (int j = 0; j < HD_PER_LANE; j++) {
+    int64_t d = lane + 32 * j;
+    if (d < s.hd) st(y, yo + d, acc[j] / sum);
+  }
+  if (lane == 0) lse[(b * s.NH + h) * s.T + t] = mx + logf(sum);
+}
+
+/* Pass A: per query row, D = dy.y (to the workspace) and dq. */
+__global__ void attention_backward_q_k(DV dqkv, float *D, DV dy, DV qkv, DV y, const float *lse, AttnShape s) {
+  WARP_ROW();
+  if (row >= s.B * s.NH * s.T) return;
+  int64_t t = row % s.T, h = (row / s.T) % s.NH, b = row / (s.T * s.NH), g = h / (s.NH / s.KVH);
+  float q[HD_PER_LANE], dyt[HD_PER_LANE], dq[HD_PER_LANE];
+  int64_t yo = (b * s.T + t) * s.NH * s.hd + h * s.hd;
+  load_lanes(q, qkv, q_off(s, b, t, h), s.hd, lane);
+  load_lanes(dyt, dy, yo, s.hd, lane);
+  float Dt = dot_lanes(dyt, y, yo, s.hd, lane);
+  int64_t r = (b * s.NH + h) * s.T + t;
+  float L = lse[r];
+  if (lane == 0) D[r] = Dt;
+  for (int j = 0; j < HD_PER_LANE; j++) dq[j] = 0.0f;
+  for (int64_t u = 0; u <= t; u++) {
+    int64_t ko = k_off(s, b, u, g);
+    float p = expf(dot_lanes(q, qkv, ko, s.hd, lane) * s.scale - L);
+    float dp = dot_lanes(dyt, qkv, v_off(s, b, u, g), s.hd, lane);
+    float ds = p * (dp - Dt);
+    for (int j = 0; j < HD_PER_LANE; j++) {
+      int64_t d = lane + 32 * j;
+      if (d < s.hd) dq[j] += ds * ld(qkv, ko + d);
+    }
+  }
+  int64_t qo = q_off(s, b, t, h);
+  for (int j = 0; j < HD_PER_LANE; j++) {
+    int64_t d = lane + 32 * j;
+    if (d < s.hd) st(dqkv, qo + d, dq[j] * s.scale);
+  }
+}
+
+/* Pass B: per key row, dk and dv over the group's query heads and the
+ * queries at or after it. */
+__global__ void attention_backward_kv_k(DV dqkv, const float *D, DV dy, DV qkv, const float *lse, AttnShape s) {
+  WARP_ROW();
+  if (row >= s.B * s.KVH * s.T) return;
+  int64_t u = row % s.T, g = (row / s.T) % s.KVH, b = row / (s.T * s.KVH), rep = s.NH / s.KVH;
+  float k[HD_PER_LANE], v[HD_PER_LANE], dk[HD_PER_LANE], dvv[HD_PER_LANE];
+  load_lanes(k, qkv, k_off(s, b, u, g), s.hd, lane);
+  load_lanes(v, qkv, v_off(s, b, u, g), s.hd, lane);
+  for (int j = 0; j < HD_PER_LANE; j++) dk[j] = dvv[j] = 0.0f;
+  for (int64_t h = g * rep; h < (g + 1) * rep; h++)
+    for (int64_t t = u; t < s.T; t++) {
+      int64_t qo = q_off(s, b, t, h), yo = (b * s.T + t) * s.NH * s.hd + h * s.hd, r = (b * s.NH + h) * s.T + t;
+      float p = expf(dot_lanes(k, qkv, qo, s.hd, lane) * s.scale - lse[r]);
+      float ds = p * (dot_lanes(v, dy, yo, s.hd, lane) - D[r]);
+      for (int j = 0; j < HD_PER_LANE; j++) {
+        int64_t d = lane + 32 * j;
+        if (d < s.hd) {
+          dk[j] += ds * ld(qkv, qo + d);
+          dvv[j] += p * ld(dy, yo + d);
+        }
+      }
+    }
+  int64_t ko = k_off(s, b, u, g), vo = v_off(s, b, u, g);
+  for (int j = 0; j < HD_PER_LANE; j++) {
+    int64_t d = lane + 32 * j;
+    if (d < s.hd) {
+      st(dqkv, ko + d, dk[j] * s.scale);
+      st(dqkv, vo + d, dvv[j]);
+    }
+  }
+}
+
+static int attn_shape(const rt_KernelArgs *a, const rt_View *qkv, AttnShape *s, char *err, size_t errlen,
+                      const char *OP) {
+  double nh = rt_attr(a, "heads", 0), kvh = rt_attr(a, "kv_heads", nh);
+  REQUIRE(nh >= 1 && kvh >= 1 && nh == (int64_t)nh && kvh == (int64_t)kvh, "attrs heads/kv_heads missing or bad");
+  s->NH = (int64_t)nh;
+  s->KVH = (int64_t)kvh;
+  REQUIRE(s->NH % s->KVH == 0, "heads %lld not a multiple of kv_heads %lld", (long long)s->NH, (long long)s->KVH);
+  REQUIRE(qkv->rank == 3 && is_float(qkv), "qkv must be float [B,T,(NH+2KVH)hd]");
+  s->B = qkv->shape[0];
+  s->T = qkv->shape[1];
+  s->row = qkv->shape[2];
+  REQUIRE(s->row % (s->NH + 2 * s->KVH) == 0, "last dim %lld not divisible by heads + 2 kv_heads", (long long)s->row);
+  s->hd = s->row / (s->NH + 2 * s->KVH);
+  REQUIRE(s->hd >= 1 && s->hd <= CU_MAX_HD, "head dim %lld outside [1, %d]", (long long)s->hd, CU_MAX_HD);
+  s->scale = 1.0f / sqrtf((float)s->hd);
+  return 0;
+}
+
+static int k_attention(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "attention";
+  REQUIRE(a->nin == 1 && a->nout == 2, "want 1 input (qkv) and 2 outputs (y, lse)");
+  AttnShape s;
+  int rc = attn_shape(a, &a->in[0], &s, err, errlen, OP);
+  if (rc) return rc;
+  const rt_View *y = &a->out[0], *lse = &a->out[1];
+  REQUIRE(is_float(y) && y->numel == s.B * s.T * s.NH * s.hd, "y must be float [B,T,NH hd]");
+  REQUIRE(lse->dtype == RT_F32 && lse->numel == s.B * s.NH * s.T, "lse must be f32 [B,NH,T]");
+  attention_forward_k<<<nblocks(s.B * s.NH * s.T, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
+      dv(y), (float *)lse->data, dv(&a->in[0]), s);
+  return launched(err, errlen, OP);
+}
+
+static int k_attention_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "attention_backward";
+  REQUIRE(a->nin == 4 && a->nout == 1, "want 4 inputs (dy, qkv, y, lse) and 1 output (dqkv)");
+  AttnShape s;
+  int rc = attn_shape(a, &a->in[1], &s, err, errlen, OP);
+  if (rc) return rc;
+  const rt_View *dy = &a->in[0], *y = &a->in[2], *lse = &a->in[3], *dqkv = &a->out[0];
+  int64_t ny = s.B * s.T * s.NH * s.hd;
+  REQUIRE(is_float(dy) && is_float(y) && dy->numel == ny && y->numel == ny, "dy, y must be float [B,T,NH hd]");
+  REQUIRE(lse->dtype == RT_F32 && lse->numel == s.B * s.NH * s.T, "lse must be f32 [B,NH,T]");
+  REQUIRE(is_float(dqkv) && dqkv->numel == a->in[1].numel, "dqkv must be float, shaped as qkv");
+  REQUIRE(a->workspace && a->workspace_bytes >= s.B * s.NH * s.T * (int64_t)sizeof(float),
+          "workspace of %lld bytes needed", (long long)(s.B * s.NH * s.T * (int64_t)sizeof(float)));
+  cudaStream_t st_ = ctx_of(a)->stream;
+  float *D = (float *)a->workspace;
+  const float *lp = (const float *)lse->data;
+  attention_backward_q_k<<<nblocks(s.B * s.NH * s.T, WARPS_PER_BLOCK), THREADS, 0, st_>>>(
+      dv(dqkv), D, dv(dy), dv(&a->in[1]), dv(y), lp, s);
+  attention_backward_kv_k<<<nblocks(s.B * s.KVH * s.T, WARPS_PER_BLOCK), THREADS, 0, st_>>>(
+      dv(dqkv), D, dv(dy), dv(&a->in[1]), lp, s);
+  return launched(err, errlen, OP);
+}
+
+/* ---------------------------------------------------------------- rope */
+
+/* One thread per (b, t, pair i, head); the angle is formed in double as on
+ * the CPU. */
+__global__ void rope_k(DV out, DV in, AttnShape s, double theta, float sign) {
+  int64_t half = s.hd / 2, nrot = s.NH + s.KVH, nv = s.row - nrot * s.hd;
+  int64_t per_tok = half * nrot + nv;
+  GRID_STRIDE(i, s.B * s.T * per_tok) {
+    int64_t bt = i / per_tok, r = i % per_tok, t = bt % s.T, o = bt * s.row;
+    if (r >= half * nrot) {
+      int64_t e = o + nrot * s.hd + (r - half * nrot);
+      st(out, e, ld(in, e));
+      continue;
+    }
+    int64_t pi = r / nrot, h = r % nrot;
+    double ang = (double)t * pow(theta, -(double)(2 * pi) / (double)s.hd);
+    float c = (float)cos(ang), sn = sign * (float)sin(ang);
+    int64_t e = o + h * s.hd + 2 * pi;
+    float x0 = ld(in, e), x1 = ld(in, e + 1);
+    st(out, e, x0 * c - x1 * sn);
+    st(out, e + 1, x0 * sn + x1 * c);
+  }
+}
+
+static int rope_common(const rt_KernelArgs *a, char *err, size_t errlen, float sign, const char *OP) {
+  REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
+  AttnShape s;
+  int rc = attn_shape(a, &a->in[0], &s, err, errlen, OP);
+  if (rc) return rc;
+  REQUIRE(s.hd % 2 == 0, "head dim %lld must be even", (long long)s.hd);
+  REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "output must be float, shaped as input");
+  int64_t n = s.B * s.T * ((s.hd / 2) * (s.NH + s.KVH) + s.KVH * s.hd);
+  rope_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]), s,
+                                                                  rt_attr(a, "theta", 10000.0), sign);
+  return launched(err, errlen, OP);
+}
+
+static int k_rope(const rt_KernelArgs *a, char *err, size_t errlen) { return rope_common(a, err, errlen, 1.0f, "rope"); }
+static int k_rope_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  return rope_common(a, err, errlen, -1.0f, "rope_backward");
+}
+
+/* ------------------------------------------------- pointwise operators */
+
+#define GELU_K 0.7978845608028654f
+
+__global__ void gelu_forward_k(DV y, DV x, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float v = ld(x, i);
+    float u = GELU_K * (v + 0.044715f * v * v * v);
+    st(y, i, 0.5f * v * (1.0f + tanhf(u)));
+  }
+}
+
+__global__ void gelu_backward_k(DV dx, DV dy, DV x, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float v = ld(x, i);
+    float u = GELU_K * (v + 0.044715f * v * v * v);
+    float th = tanhf(u);
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+    float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
+    st(dx, i, ld(dy, i) * g);
+  }
+}
+
+static int k_gelu(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "gelu";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
+  int64_t n = a->in[0].numel;
+  REQUIRE(is_float(&a->in[0]) && is_float(&a->out[0]) && a->out[0].numel == n, "x and y must be float and the same size");
+  gelu_forward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]), n);
+  return launched(err, errlen, OP);
+}
+
+static int k_gelu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "gelu_backward";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want 2 inputs (dy, x) and 1 output (dx)");
+  int64_t n = a->in[1].numel;
+  REQUIRE(is_float(&a->in[0]) && is_float(&a->in[1]) && is_float(&a->out[0]) && a->in[0].numel == n &&
+          a->out[0].numel == n, "dy, x, dx must be float and the same size");
+  gelu_backward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]),
+                                                                           dv(&a->in[1]), n);
+  return launched(err, errlen, OP);
+}
+
+__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+__global__ void swiglu_forward_k(DV y, DV gu, int64_t N, int64_t F) {
+  GRID_STRIDE(i, N * F) {
+    int64_t n = i / F, f = i % F;
+    float g = ld(gu, n * 2 * F + f), u = ld(gu, n * 2 * F + F + f);
+    st(y, i, g * sigmoid(g) * u);
+  }
+}
+
+__global__ void swiglu_backward_k(DV dgu, DV dy, DV gu, int64_t N, int64_t F) {
+  GRID_STRIDE(i, N * F) {
+    int64_t n = i / F, f = i % F;
+    float g = ld(gu, n * 2 * F + f), u = ld(gu, n * 2 * F + F + f);
+    float d = ld(dy, i), sg = sigmoid(g);
+    st(dgu, n * 2 * F + f, d * u * sg * (1.0f + g * (1.0f - sg)));
+    st(dgu, n * 2 * F + F + f, d * g * sg);
+  }
+}
+
+static int k_swiglu(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "swiglu";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input (gu) and 1 output (y)");
+  const rt_View *gu = &a->in[0], *y = &a->out[0];
+  int64_t F = last_dim(y), N = F ? y->numel / F : 0;
+  REQUIRE(is_float(gu) && is_float(y) && last_dim(gu) == 2 * F && gu->numel == 2 * y->numel,
+          "gu must be float [.., 2F] and y [.., F]");
+  swiglu_forward_k<<<nblocks(N * F, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(y), dv(gu), N, F);
+  return launched(err, errlen, OP);
+}
+
+static int k_swiglu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "swiglu_backward";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want 2 inputs (dy, gu) and 1 output (dgu)");
+  const rt_View *dy = &a->in[0], *gu = &a->in[1], *dgu = &a->out[0];
+  int64_t F = last_dim(dy), N = F ? dy->numel / F : 0;
+  REQUIRE(is_float(dy) && is_float(gu) && is_float(dgu) && last_dim(gu) == 2 * F && gu->numel == 2 * dy->numel &&
+          dgu->numel == gu->numel, "dy [.., F], gu and dgu [.., 2F], float");
+  swiglu_backward_k<<<nblocks(N * F, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(dgu), dv(dy), dv(gu), N, F);
+  return launched(err, errlen, OP);
+}
+
+__global__ void add_k(DV y, DV x, DV z, int64_t n) {
+  GRID_STRIDE(i, n) st(y, i, ld(x, i) + ld(z, i));
+}
+
+static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "add";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want 2 inputs and 1 output");
+  const rt_View *x = &a->in[0], *z = &a->in[1], *y = &a->out[0];
+  REQUIRE(is_float(x) && is_float(z) && is_float(y) && x->numel == y->numel && z->numel == y->numel,
+          "a, b, y must be float and the same size");
+  add_k<<<nblocks(y->numel, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(y), dv(x), dv(z), y->numel);
+  return launched(err, errlen, OP);
+}
+
+/* -------------------------------------------------------- crossentropy */
+
+__global__ void crossentropy_lse_k(float *lse, DV logits, int64_t N, int64_t V) {
+  WARP_ROW();
+  if (row >= N) return;
+  int64_t o = row * V;
+  float mx = -INFINITY;
+  for (int64_t v = lane; v < V; v += 32) mx = fmaxf(mx, ld(logits, o + v));
+  mx = warp_max(mx);
+  float s = 0.0f;
+  for (int64_t v = lane; v < V; v += 32) s += expf(ld(logits, o + v) - mx);
+  s = warp_sum(s);
+  if (lane == 0) lse[row] = mx + logf(s);
+}
+
+/* The mean, in double, over rows in order: one thread, as on the CPU. */
+__global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, const int *tgt, int64_t N, int64_t V,
+                                    int *status) {
+  double total = 0.0;
+  for (int64_t n = 0; n < N; n++) {
+    int t = tgt[n];
+    if (t < 0 || t >= V) {
+      *status = 1;
+      continue;
+    }
+    total += (double)(lse[n] - ld(logits, n * V + t));
+  }
+  loss[0] = (float)(total / (double)N);
+}
+
+__global__ void crossentropy_backward_k(DV dl, DV logits, const float *lse, const int *tgt, int64_t N, int64_t V,
+                                        int *status) {
+  float inv = 1.0f / (float)N;
+  GRID_STRIDE(i, N * V) {
+    int64_t n = i / V, v = i % V;
+    int t = tgt[n];
+    if (t < 0 || t >= V) *status = 1;
+    float p = expf(ld(logits, i) - lse[n]);
+    st(dl, i, (p - (v == t ? 1.0f : 0.0f)) * inv);
+  }
+}
+
+static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "crossentropy";
+  REQUIRE(a->nin == 2 && a->nout == 2, "want 2 inputs (logits, targets) and 2 outputs (loss, lse)");
+  const rt_View *logits = &a->in[0], *tgt = &a->in[1], *loss = &a->out[0], *lse = &a->out[1];
+  int64_t V = last_dim(logits), N = V ? logits->numel / V : 0;
+  REQUIRE(is_float(logits) && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
+          "logits must be float [B,T,V], targets i32 [B,T]");
+  REQUIRE(loss->dtype == RT_F32 && loss->numel == 1 && lse->dtype == RT_F32 && lse->numel == N,
+          "loss must be f32 [1], lse f32 [B,T]");
+  rt_CudaKernelCtx *c = ctx_of(a);
+  crossentropy_lse_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, c->stream>>>((float *)lse->data, dv(logits), N, V);
+  crossentropy_loss_k<<<1, 1, 0, c->stream>>>((float *)loss->data, (const float *)lse->data, dv(logits),
+                                               (const int *)tgt->data, N, V, c->status);
+  return launched(err, errlen, OP);
+}
+
+static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "crossentropy_backward";
+  REQUIRE(a->nin == 3 && a->nout == 1, "want 3 inputs (logits, lse, targets) and 1 output (dlogits)");
+  const rt_View *logits = &a->in[0], *lse = &a->in[1], *tgt = &a->in[2], *dl = &a->out[0];
+  int64_t V = last_dim(logits), N = V ? logits->numel / V : 0;
+  REQUIRE(is_float(logits) && is_float(dl) && dl->numel == logits->numel, "logits, dlogits must be float [B,T,V]");
+  REQUIRE(lse->dtype == RT_F32 && lse->numel == N && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
+          "lse must be f32 [B,T], targets i32 [B,T]");
+  rt_CudaKernelCtx *c = ctx_of(a);
+  crossentropy_backward_k<<<nblocks(N * V, THREADS), THREADS, 0, c->stream>>>(
+      dv(dl), dv(logits), (const float *)lse->data, (const int *)tgt->data, N, V, c->status);
+  return launched(err, errlen, OP);
+}
+
+/* --------------------------------------------------------------- adamw */
+
+typedef struct {
+  float lr, beta1, beta2, eps, wd, bc1, bc2;
+} AdamW;
+
+__global__ void adamw_k(DV param_out, DV param, const float *m, const float *v, const float *master, float *m_out,
+                        float *v_out, float *master_out, DV grad, int64_t n, AdamW h) {
+  GRID_STRIDE(i, n) {
+    float g = ld(grad, i);
+    float p = master ? master[i] : ld(param, i);
+    float mi = h.beta1 * m[i] + (1.0f - h.beta1) * g;
+    float vi = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
+    float mh = mi / h.bc1, vh = vi / h.bc2;
+    p -= h.lr * (mh / (sqrtf(vh) + h.eps) + h.wd * p);
+    m_out[i] = mi;
+    v_out[i] = vi;
+    if (master) master_out[i] = p;
+    st(param_out, i, p);
+  }
+}
+
+static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "adamw";
+  REQUIRE((a->nin == 4 && a->nout == 3) || (a->nin == 5 && a->nout == 4),
+          "want inputs (param, grad, m, v[, master]) and outputs (param, m, v[, master])");
+  const rt_View *grad = &a->in[1];
+  int64_t n = a->in[0].numel;
+  for (int i = 0; i < a->nout; i++) {
+    const rt_View *in = &a->in[i == 0 ? 0 : i + 1], *out = &a->out[i];
+    REQUIRE(in->numel == n && out->numel == n && in->dtype == out->dtype, "state %d: shapes or dtypes differ", i);
+    REQUIRE(i == 0 ? is_float(out) : out->dtype == RT_F32, "param must be float, m, v and master f32");
+  }
+  REQUIRE(is_float(grad) && grad->numel == n, "grad must be float, param's size");
+  REQUIRE(a->step >= 1, "step %lld: the step number is 1-based", (long long)a->step);
+  AdamW h;
+  double b1 = rt_attr(a, "beta1", 0.9), b2 = rt_attr(a, "beta2", 0.999);
+  h.lr = (float)rt_attr(a, "lr", 1e-3);
+  h.beta1 = (float)b1;
+  h.beta2 = (float)b2;
+  h.eps = (float)rt_attr(a, "eps", 1e-8);
+  h.wd = (float)rt_attr(a, "weight_decay", 0.01);
+  h.bc1 = (float)(1.0 - pow(b1, (double)a->step));
+  h.bc2 = (float)(1.0 - pow(b2, (double)a->step));
+  int wm = a->nin == 5;
+  adamw_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(
+      dv(&a->out[0]), dv(&a->in[0]), (const float *)a->in[2].data, (const float *)a->in[3].data,
+      wm ? (const float *)a->in[4].data : NULL, (float *)a->out[1].data, (float *)a->out[2].data,
+      wm ? (float *)a->out[3].data : NULL, dv(grad), n, h);
+  return launched(err, errlen, OP);
+}
+
+/* ------------------------------------------------------------ registry */
+
+static const rt_KernelEntry cuda_kernels[] = {
+  {"encoder", k_encoder},
+  {"encoder_backward", k_encoder_backward},
+  {"embedding", k_embedding},
+  {"embedding_backward", k_embedding_backward},
+  {"layernorm", k_layernorm},
+  {"layernorm_backward", k_layernorm_backward},
+  {"rmsnorm", k_rmsnorm},
+  {"rmsnorm_backward", k_rmsnorm_backward},
+  {"matmul", k_matmul},
+  {"matmul_backward", k_matmul_backward},
+  {"attention", k_attention},
+  {"attention_backward", k_attention_backward},
+  {"rope", k_rope},
+  {"rope_backward", k_rope_backward},
+  {"gelu", k_gelu},
+  {"gelu_backward", k_gelu_backward},
+  {"swiglu", k_swiglu},
+  {"swiglu_backward", k_swiglu_backward},
+  {"add", k_add},
+  {"crossentropy", k_crossentropy},
+  {"crossentropy_backward", k_crossentropy_backward},
+  {"adamw", k_adamw},
+  {NULL, NULL},
+};
+
+extern "C" rt_KernelFn rt_cuda_kernel_find(const char *type) {
+  if (!type) return NULL;
+  for (const rt_KernelEntry *e = cuda_kernels; e->type; e++)
+    if (strcmp(e->type, type) == 0) return e->fn;
+  return NULL;
+}
