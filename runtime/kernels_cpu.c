@@ -47,10 +47,36 @@ static const float *row_f32(const rt_View *v, int64_t off, int64_t n, float *buf
   return buf;
 }
 
+/* Eight running sums, added pairwise at the end: a fixed order that the
+ * compiler can keep in vector registers (a single running sum cannot be
+ * vectorized without reassociating it). */
+typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
+
 static float dot(const float *a, const float *b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-  return s;
+  v8 s = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8 x, y;
+    memcpy(&x, a + i, sizeof x);
+    memcpy(&y, b + i, sizeof y);
+    s += x * y;
+  }
+  float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; i < n; i++) r += a[i] * b[i];
+  return r;
+}
+
+/* y += p * x */
+static void axpy(float *y, float p, const float *x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8 xv, yv;
+    memcpy(&xv, x + i, sizeof xv);
+    memcpy(&yv, y + i, sizeof yv);
+    yv += p * xv;
+    memcpy(y + i, &yv, sizeof yv);
+  }
+  for (; i < n; i++) y[i] += p * x[i];
 }
 
 /* ---------------------------------------------------------------- encoder */
@@ -318,7 +344,6 @@ static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) 
 #define MM_NB 64
 #define MM_KB 128
 
-typedef float mm_v8 __attribute__((vector_size(MM_NR * sizeof(float))));
 
 typedef struct {
   const rt_View *v;
@@ -348,13 +373,13 @@ static void pack(float *dst, int64_t ld, const Operand *o, int64_t i0, int64_t n
 }
 
 static void micro_4x8(float *acc, const float *ap, const float *bp, int64_t kb) {
-  mm_v8 c0, c1, c2, c3;
+  v8 c0, c1, c2, c3;
   memcpy(&c0, acc + 0 * MM_NB, sizeof c0);
   memcpy(&c1, acc + 1 * MM_NB, sizeof c1);
   memcpy(&c2, acc + 2 * MM_NB, sizeof c2);
   memcpy(&c3, acc + 3 * MM_NB, sizeof c3);
   for (int64_t k = 0; k < kb; k++) {
-    mm_v8 b;
+    v8 b;
     memcpy(&b, bp + k * MM_NB, sizeof b);
     c0 += ap[0 * MM_KB + k] * b;
     c1 += ap[1 * MM_KB + k] * b;
@@ -503,7 +528,7 @@ static void attention_forward(const rt_View *y, float *lse, const rt_View *qkv, 
           float p = expf(dot(q, row_f32(qkv, k_off(s, b, u, g), hd, kb), hd) * s->scale - mx);
           const float *v = row_f32(qkv, v_off(s, b, u, g), hd, vb);
           sum += p;
-          for (int64_t d = 0; d < hd; d++) acc[d] += p * v[d];
+          axpy(acc, p, v, hd);
         }
         int64_t yo = (b * s->T + t) * s->NH * hd + h * hd;
         for (int64_t d = 0; d < hd; d++) rt_store(y, yo + d, acc[d] / sum);
@@ -536,7 +561,7 @@ static void attention_backward(const rt_View *dqkv, float *D, const rt_View *dy,
           float p = expf(dot(q, k, hd) * s->scale - L);
           float dp = dot(dyt, row_f32(qkv, v_off(s, b, u, g), hd, vb), hd);
           float ds = p * (dp - Dt);
-          for (int64_t d = 0; d < hd; d++) g1[d] += ds * k[d];
+          axpy(g1, ds, k, hd);
         }
         int64_t o = q_off(s, b, t, h);
         for (int64_t d = 0; d < hd; d++) rt_store(dqkv, o + d, g1[d] * s->scale);
@@ -555,10 +580,8 @@ static void attention_backward(const rt_View *dqkv, float *D, const rt_View *dy,
             int64_t r = (b * s->NH + h) * T + t;
             float p = expf(dot(q, k, hd) * s->scale - lse[r]);
             float ds = p * (dot(dyt, v, hd) - D[r]);
-            for (int64_t d = 0; d < hd; d++) {
-              g1[d] += ds * q[d];
-              g2[d] += p * dyt[d];
-            }
+            axpy(g1, ds, q, hd);
+            axpy(g2, p, dyt, hd);
           }
         int64_t ko = k_off(s, b, u, g), vo = v_off(s, b, u, g);
         for (int64_t d = 0; d < hd; d++) {
