@@ -20,6 +20,8 @@
 #define MODEL_MAX_ATTRS 5
 /* Keeps every count, shape product and flop total far from int64 overflow. */
 #define MODEL_MAX_DIM (1 << 24)
+/* Bounds the builder's tensor and op arrays, sized per layer. */
+#define MODEL_MAX_LAYERS 4096
 
 typedef struct MTensor {
   char name[MODEL_NAME_LEN];
@@ -700,16 +702,21 @@ static int check_config(const ModelConfig *c, ModelConfig *out, Err *e) {
   if (!strcmp(f, "gpt2") && out->ffn == 0) out->ffn = 4 * out->dim;
   const struct {
     const char *opt;
-    int v;
+    int v, max;
     bool used;
-  } dims[] = {{"--layers", out->layers, true}, {"--dim", out->dim, true},       {"--heads", out->heads, lm},
-              {"--kv-heads", out->kv_heads, lm}, {"--ffn", out->ffn, lm},        {"--vocab", out->vocab, lm},
-              {"--seq", out->seq, true},         {"--batch", out->batch, true}};
+  } dims[] = {{"--layers", out->layers, MODEL_MAX_LAYERS, true},
+              {"--dim", out->dim, MODEL_MAX_DIM, true},
+              {"--heads", out->heads, MODEL_MAX_DIM, lm},
+              {"--kv-heads", out->kv_heads, MODEL_MAX_DIM, lm},
+              {"--ffn", out->ffn, MODEL_MAX_DIM, lm},
+              {"--vocab", out->vocab, MODEL_MAX_DIM, lm},
+              {"--seq", out->seq, MODEL_MAX_DIM, true},
+              {"--batch", out->batch, MODEL_MAX_DIM, true}};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-    if (dims[i].used && (dims[i].v < 1 || dims[i].v > MODEL_MAX_DIM))
-      return err_set(e, "model %s: %s %d is out of range 1..%d", f, dims[i].opt, dims[i].v, MODEL_MAX_DIM);
+    if (dims[i].used && (dims[i].v < 1 || dims[i].v > dims[i].max))
+      return err_set(e, "model %s: %s %d is out of range 1..%d", f, dims[i].opt, dims[i].v, dims[i].max);
   if (out->dtype != DT_F32 && out->dtype != DT_BF16)
-    return err_set(e, "model %s: dtype %s is not f32 or bf16", f, graph_dtype_name(out->dtype));
+    return err_set(e, "model %s: --dtype %s is not f32 or bf16", f, graph_dtype_name(out->dtype));
   if (!(out->eps > 0) || !(out->lr >= 0) || !(out->weight_decay >= 0))
     return err_set(e, "model %s: eps must be > 0, lr and weight decay >= 0", f);
   if (lm) {

@@ -547,7 +547,10 @@ int main(void) {
     c.dim = 1 << 24;
     c.heads = 1;
     c.kv_heads = 1;
-    T_CHECK(model_param_count(&c, &e) < 0);
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "overflow"));
+    c = tiny("gpt2");
+    c.layers = 1 << 20;
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "--layers"));
   }
   T_DONE();
 }
