@@ -25,7 +25,9 @@ void rt_cuda_kernel_ctx_destroy(rt_CudaKernelCtx *ctx);
  * any kernel recorded one since the last call (and clears it), else 0. */
 int rt_cuda_kernel_ctx_status(rt_CudaKernelCtx *ctx, char *err, size_t errlen);
 
-/* The CUDA kernel for an op type of docs/OPS.md, or NULL. */
+/* The CUDA kernel for an op type of docs/OPS.md or a registered custom
+ * type, or NULL. Registration follows rt_kernel_register's rules. */
 rt_KernelFn rt_cuda_kernel_find(const char *type);
+int rt_cuda_kernel_register(const char *type, rt_KernelFn fn);
 
 #endif

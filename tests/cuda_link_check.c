@@ -1,7 +1,7 @@
 /*
  * cuda_link_check.c - linked by tests/t_cuda_build.sh against
  * libration_cuda.a (only where nvcc exists): every CPU kernel type must
- * have a CUDA kernel, nothing else, and creating the kernel context on a
+ * have a CUDA kernel, nothing else, custom types register, and creating the kernel context on a
  * machine without a GPU must fail with a message, not crash.
  */
 #include "kernels.h"
@@ -18,6 +18,13 @@ int main(void) {
     }
   if (rt_cuda_kernel_find("conv2d") || rt_cuda_kernel_find(NULL)) {
     printf("rt_cuda_kernel_find invents kernels\n");
+    missing++;
+  }
+  rt_KernelFn gelu = rt_cuda_kernel_find("gelu");
+  if (rt_cuda_kernel_register("my_op", gelu) != 0 || rt_cuda_kernel_find("my_op") != gelu ||
+      rt_cuda_kernel_register("gelu", rt_cuda_kernel_find("add")) != 0 ||
+      rt_cuda_kernel_find("gelu") != rt_cuda_kernel_find("add") || rt_cuda_kernel_register("", gelu) != -1) {
+    printf("custom CUDA kernel registration is wrong\n");
     missing++;
   }
   char err[256] = "";
