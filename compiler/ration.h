@@ -322,4 +322,31 @@ int model_stats(const ModelConfig *c, ModelStats *s, Err *e);
 /* Parameter elements; -1 with e set on a bad config. */
 int64_t model_param_count(const ModelConfig *c, Err *e);
 
+/* ---------------------------------------------------------------- sync */
+
+/* Cross-stream waits of a plan, derived once (sync.c) and emitted into the
+ * schedule tables; every backend honours exactly these. */
+enum { SYNC_COMPUTE, SYNC_D2H, SYNC_H2D, SYNC_STREAMS };
+typedef struct SyncTable {
+  int nsteps, nwaits, nevents;
+  int *stream;     /* per step: SYNC_* */
+  int *wait_start; /* nsteps + 1: step s waits for waits[wait_start[s] .. wait_start[s+1]) */
+  int *waits;      /* step indices (on other streams) that must complete first */
+  int *event;      /* per step: its event id when some step waits for it, else -1 */
+} SyncTable;
+int sync_step_stream(StepKind k);
+int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e);
+void sync_free(SyncTable *t);
+
+/* ------------------------------------------------------------- emit_c */
+
+/* NAME.sched.c and NAME.sched.h (NAME: the output's base name). */
+int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err *e);
+int emit_c_header(const Plan *p, const Graph *g, const char *name, Buf *out, Err *e);
+/* The C identifier NAME maps to (entry point ration_schedule_<ident>). */
+void emit_c_ident(const char *name, char *out, size_t n);
+/* 0 when OLD equals NEW, else 1 with WHY naming what changed (provenance
+ * fields, then the first differing step). */
+int emit_c_compare(const char *old_text, const char *new_text, Buf *why);
+
 #endif

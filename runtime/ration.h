@@ -1,0 +1,146 @@
+/*
+ * ration.h - the public API of libration: open an emitted schedule on a
+ * backend (CPU or CUDA), bind inputs and parameters, run training steps,
+ * read measurements, close. Every function returns a status (RT_OK or a
+ * negative rt_Status) and leaves a one-line message; nothing here exits.
+ *
+ * The schedule ABI block below is also written, byte for byte, into every
+ * emitted NAME.sched.h (compiler/emit_c.c), so a schedule compiles on its
+ * own and a program may include both headers in any order.
+ */
+#ifndef RATION_RUNTIME_H
+#define RATION_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* RATION-SCHED-ABI-BEGIN */
+#ifndef RATION_SCHED_ABI
+#define RATION_SCHED_ABI 1
+enum { RT_SCHED_MAX_RANK = 8 };
+enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
+enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };
+enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
+/* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
+ * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
+typedef struct rt_SchedTensor {
+  const char *name;
+  int32_t dtype, kind, rank, is_output;
+  int64_t shape[RT_SCHED_MAX_RANK];
+  int64_t bytes;
+} rt_SchedTensor;
+typedef struct rt_SchedBuffer {
+  int32_t tensor, workspace_of, space;
+  int64_t bytes, offset;
+} rt_SchedBuffer;
+typedef struct rt_SchedAttr {
+  const char *key;
+  double num;
+  const char *str;
+} rt_SchedAttr;
+typedef struct rt_SchedOp {
+  const char *name, *type;
+  int32_t phase, nin, nout, io0, nattr, attr0;
+  int64_t workspace;
+} rt_SchedOp;
+/* A step runs on one stream after waiting for the steps waits[wait0 ..
+ * wait0+nwait) (on other streams) to complete; event >= 0 marks a step that
+ * some later step waits for. io0 indexes step_io: inputs then outputs. */
+typedef struct rt_SchedStep {
+  int32_t kind, stream, op, recompute, io0, workspace, from, to;
+  int32_t wait0, nwait, event;
+} rt_SchedStep;
+typedef struct rt_Schedule {
+  int32_t abi;
+  const char *name, *ration_version, *graph_name, *graph_sha256, *device;
+  const char *strategy, *solver_status;
+  double solver_gap, predicted_step_seconds;
+  int64_t budget_bytes, arena_bytes, host_bytes, alignment, peak_live_bytes;
+  int32_t ntensors, nbuffers, nops, nsteps, nevents;
+  const rt_SchedTensor *tensors;
+  const rt_SchedBuffer *buffers;
+  const rt_SchedOp *ops;
+  const int32_t *op_io;
+  const rt_SchedAttr *attrs;
+  const rt_SchedStep *steps;
+  const int32_t *step_io;
+  const int32_t *waits;
+} rt_Schedule;
+#endif
+/* RATION-SCHED-ABI-END */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rt_Status {
+  RT_OK = 0,
+  RT_EINVAL = -1,    /* bad argument: unknown tensor, wrong size, NULL */
+  RT_ENOMEM = -2,    /* an arena or a table could not be allocated at open */
+  RT_EBACKEND = -3,  /* the backend failed (thread, stream, device call) */
+  RT_EKERNEL = -4,   /* no kernel for an op type, or a kernel failed */
+  RT_ESCHEDULE = -5, /* the schedule is malformed (wrong ABI, bad ids) */
+  RT_EDEBUG = -6,    /* debug mode caught a read outside the plan's occupancy */
+  RT_EUNAVAIL = -7   /* the backend is not built in or has no device */
+} rt_Status;
+
+typedef enum rt_BackendKind { RT_BACKEND_AUTO, RT_BACKEND_CPU, RT_BACKEND_CUDA } rt_BackendKind;
+
+enum {
+  RT_OPEN_DEBUG = 1u,  /* random copy delays, NaN on death, occupancy checks */
+  RT_OPEN_PROFILE = 2u /* per-op times measured exactly (the CUDA backend syncs per op) */
+};
+
+typedef struct rt_Options {
+  rt_BackendKind backend; /* AUTO: CUDA when built in and a device exists, else CPU */
+  unsigned flags;         /* RT_OPEN_*; RATION_DEBUG=1 in the environment adds DEBUG */
+  unsigned seed;          /* debug-mode copy delays */
+} rt_Options;
+
+typedef struct rt_Session rt_Session;
+
+typedef struct rt_Stats {
+  const char *backend;
+  int64_t arena_bytes, host_bytes;
+  int64_t live_high_water;   /* max live device bytes over every step run */
+  int64_t steps;             /* training steps run */
+  double step_seconds;       /* the last step, wall clock */
+  double kernel_seconds;     /* the last step: time inside kernels */
+  double wait_seconds;       /* the last step: compute stream blocked on copies */
+  double overhead_seconds;   /* the last step: everything else (the executor) */
+} rt_Stats;
+
+/* Opens SCHED: allocates the device and host arenas once, looks up every
+ * kernel, prepares every step's arguments. On failure *out is NULL and err
+ * holds the message. */
+int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out,
+            char *err, size_t errlen);
+void rt_close(rt_Session *s);
+/* The last error message of this session ("" if none). */
+const char *rt_error(const rt_Session *s);
+const char *rt_status_name(int status);
+
+/* Tensor index by name, or -1. */
+int rt_tensor_index(const rt_Session *s, const char *name);
+/* Copies BYTES (the tensor's exact size) into or out of the tensor's
+ * resident buffer. Only inputs, params, grads, optimizer state and graph
+ * outputs have one; call between steps. */
+int rt_write(rt_Session *s, const char *tensor, const void *src, size_t bytes);
+int rt_read(rt_Session *s, const char *tensor, void *dst, size_t bytes);
+
+/* Runs one whole training step (grads zeroed first, optimizer step t =
+ * steps run + 1) and waits for it to finish. */
+int rt_step(rt_Session *s);
+
+int rt_stats(const rt_Session *s, rt_Stats *st);
+/* Mean measured seconds of graph op OP (its non-recompute step) over the
+ * steps run; -1 when it never ran. */
+double rt_op_seconds(const rt_Session *s, int op);
+/* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}}. */
+int rt_write_profile(rt_Session *s, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,634 @@
+/*
+ * rt.c - libration's executor: runs an emitted schedule's steps over a
+ * backend (rt_backend.h). Everything a step needs (kernel pointers, views,
+ * argument structs, occupancy lists) is built once at rt_open, so rt_step
+ * allocates nothing. It tracks buffer occupancy as the steps run: the live
+ * bytes high-water mark is measured, not copied from the plan, and in debug
+ * mode every read is checked against that occupancy and every dying buffer
+ * is filled with NaN so that a schedule bug shows as a wrong result.
+ */
+#include "rt_backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { ST_EMPTY, ST_PENDING, ST_VALID, ST_DEAD }; /* debug: a buffer's state within a step */
+
+struct rt_Session {
+  const rt_Schedule *sc;
+  const rt_Backend *be;
+  void *ctx;
+  unsigned char *dev, *host;
+  bool debug, profile;
+  rt_KernelFn *fn;     /* per op */
+  rt_Attr *attrs;      /* flat, as sc->attrs */
+  rt_View *views;      /* flat, as sc->step_io */
+  rt_KernelArgs *args; /* per step (compute steps) */
+  int *first, *last;   /* per buffer: occupancy [first, last] in steps */
+  int *born_start, *born, *die_start, *die; /* per step, CSR */
+  int *home;           /* per tensor: the buffer rt_read/rt_write use, or -1 */
+  int *grads, ngrads;  /* buffers zeroed at the start of every step */
+  int *resident;       /* per buffer: occupied for the whole step */
+  int *persist;        /* per buffer: readable after the step (resident or a graph output) */
+  int *op_step;        /* per op: its non-recompute step */
+  double *op_sum;      /* per op: summed kernel seconds */
+  unsigned char *state;
+  int64_t live, hwm, nrun;
+  rt_Stats last;
+  char err[512];
+};
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(rt_Session *s, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(rt_Session *s, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->err, sizeof s->err, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char *rt_status_name(int status) {
+  switch (status) {
+  case RT_OK: return "ok";
+  case RT_EINVAL: return "invalid argument";
+  case RT_ENOMEM: return "out of memory";
+  case RT_EBACKEND: return "backend failure";
+  case RT_EKERNEL: return "kernel failure";
+  case RT_ESCHEDULE: return "malformed schedule";
+  case RT_EDEBUG: return "debug check failed";
+  case RT_EUNAVAIL: return "backend unavailable";
+  }
+  return "unknown status";
+}
+
+const char *rt_error(const rt_Session *s) {
+  return s ? s->err : "no session";
+}
+
+static const char *buffer_name(const rt_Session *s, int b) {
+  const rt_SchedBuffer *bf = &s->sc->buffers[b];
+  if (bf->tensor >= 0) return s->sc->tensors[bf->tensor].name;
+  return "(workspace)";
+}
+
+/* Every id in the tables is checked once here, so rt_step can trust them. */
+static int validate(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
+  if (c->abi != RATION_SCHED_ABI)
+    return fail(s, RT_ESCHEDULE, "schedule ABI %d, this libration reads %d", (int)c->abi, RATION_SCHED_ABI);
+  if (c->ntensors < 0 || c->nbuffers < 0 || c->nops < 0 || c->nsteps < 0 || c->nevents < 0 || !c->tensors ||
+      !c->buffers || !c->ops || !c->steps || !c->op_io || !c->step_io || !c->waits || !c->attrs)
+    return fail(s, RT_ESCHEDULE, "schedule %s: missing tables", c->name ? c->name : "?");
+  for (int i = 0; i < c->ntensors; i++) {
+    const rt_SchedTensor *t = &c->tensors[i];
+    if (!t->name || t->dtype < RT_F32 || t->dtype > RT_U8 || t->rank < 0 || t->rank > RT_MAX_RANK)
+      return fail(s, RT_ESCHEDULE, "tensor %d: bad name, dtype or rank", i);
+  }
+  for (int i = 0; i < c->nbuffers; i++) {
+    const rt_SchedBuffer *b = &c->buffers[i];
+    int64_t cap = b->space == RT_SPACE_HOST ? c->host_bytes : c->arena_bytes;
+    if (b->tensor < -1 || b->tensor >= c->ntensors || (b->space != RT_SPACE_DEVICE && b->space != RT_SPACE_HOST) ||
+        b->bytes < 0 || b->offset < 0 || b->offset > cap - b->bytes)
+      return fail(s, RT_ESCHEDULE, "buffer %d: bad tensor, space or byte range", i);
+    if (b->tensor >= 0 && b->bytes != c->tensors[b->tensor].bytes)
+      return fail(s, RT_ESCHEDULE, "buffer %d: %lld bytes for tensor %s of %lld", i, (long long)b->bytes,
+                  c->tensors[b->tensor].name, (long long)c->tensors[b->tensor].bytes);
+  }
+  for (int i = 0; i < c->nops; i++) {
+    const rt_SchedOp *o = &c->ops[i];
+    if (!o->name || !o->type || o->nin < 0 || o->nout < 0 || o->io0 < 0 || o->nattr < 0 || o->attr0 < 0)
+      return fail(s, RT_ESCHEDULE, "op %d: bad entry", i);
+    for (int k = 0; k < o->nin + o->nout; k++)
+      if (c->op_io[o->io0 + k] < 0 || c->op_io[o->io0 + k] >= c->ntensors)
+        return fail(s, RT_ESCHEDULE, "op %s: bad tensor id", o->name);
+  }
+  for (int i = 0; i < c->nsteps; i++) {
+    const rt_SchedStep *st = &c->steps[i];
+    if (st->stream < RT_STREAM_COMPUTE || st->stream > RT_STREAM_H2D || st->nwait < 0 || st->wait0 < 0 ||
+        st->event < -1 || st->event >= c->nevents)
+      return fail(s, RT_ESCHEDULE, "step %d: bad stream, waits or event", i);
+    for (int k = 0; k < st->nwait; k++) {
+      int w = c->waits[st->wait0 + k];
+      if (w < 0 || w >= i || c->steps[w].event < 0)
+        return fail(s, RT_ESCHEDULE, "step %d: waits for step %d, which is not an earlier recorded step", i, w);
+    }
+    switch (st->kind) {
+    case RT_STEP_COMPUTE: {
+      if (st->op < 0 || st->op >= c->nops || st->io0 < 0 || st->stream != RT_STREAM_COMPUTE)
+        return fail(s, RT_ESCHEDULE, "step %d: bad compute step", i);
+      const rt_SchedOp *o = &c->ops[st->op];
+      for (int k = 0; k < o->nin + o->nout; k++) {
+        int b = c->step_io[st->io0 + k];
+        if (b < 0 || b >= c->nbuffers || c->buffers[b].space != RT_SPACE_DEVICE ||
+            c->buffers[b].tensor != c->op_io[o->io0 + k])
+          return fail(s, RT_ESCHEDULE, "step %d (%s): operand %d is not a device buffer of %s", i, o->name, k,
+                      c->tensors[c->op_io[o->io0 + k]].name);
+      }
+      if (st->workspace >= c->nbuffers || (st->workspace >= 0 && c->buffers[st->workspace].space != RT_SPACE_DEVICE))
+        return fail(s, RT_ESCHEDULE, "step %d: bad workspace buffer", i);
+      break;
+    }
+    case RT_STEP_OFFLOAD:
+    case RT_STEP_PREFETCH: {
+      int src = st->kind == RT_STEP_OFFLOAD ? RT_SPACE_DEVICE : RT_SPACE_HOST;
+      if (st->from < 0 || st->from >= c->nbuffers || st->to < 0 || st->to >= c->nbuffers ||
+          c->buffers[st->from].space != src || c->buffers[st->to].space == src ||
+          c->buffers[st->from].bytes != c->buffers[st->to].bytes)
+        return fail(s, RT_ESCHEDULE, "step %d: bad copy", i);
+      break;
+    }
+    case RT_STEP_OFFLOAD_WAIT:
+      if (st->from < 0 || st->from >= c->nbuffers) return fail(s, RT_ESCHEDULE, "step %d: bad offload_wait", i);
+      break;
+    case RT_STEP_PREFETCH_WAIT:
+      if (st->to < 0 || st->to >= c->nbuffers) return fail(s, RT_ESCHEDULE, "step %d: bad prefetch_wait", i);
+      break;
+    default: return fail(s, RT_ESCHEDULE, "step %d: unknown kind %d", i, (int)st->kind);
+    }
+  }
+  return RT_OK;
+}
+
+static void touch(rt_Session *s, int b, int step, bool write) {
+  if (write && s->first[b] < 0) s->first[b] = step;
+  if (step > s->last[b]) s->last[b] = step;
+}
+
+/* Occupancy as the plan semantics define it: from a buffer's first write to
+ * its last use; inputs, params, grads and optimizer state for the whole
+ * step; graph outputs to its end. */
+static int derive_occupancy(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
+  int nb = c->nbuffers, ns = c->nsteps;
+  for (int b = 0; b < nb; b++) s->first[b] = s->last[b] = -1;
+  for (int i = 0; i < ns; i++) {
+    const rt_SchedStep *st = &c->steps[i];
+    if (st->kind == RT_STEP_COMPUTE) {
+      const rt_SchedOp *o = &c->ops[st->op];
+      for (int k = 0; k < o->nin + o->nout; k++) touch(s, c->step_io[st->io0 + k], i, k >= o->nin);
+      if (st->workspace >= 0) touch(s, st->workspace, i, true);
+    } else if (st->kind == RT_STEP_OFFLOAD || st->kind == RT_STEP_PREFETCH) {
+      touch(s, st->from, i, false);
+      touch(s, st->to, i, true);
+    } else {
+      touch(s, st->kind == RT_STEP_OFFLOAD_WAIT ? st->from : st->to, i, false);
+    }
+  }
+  for (int t = 0; t < c->ntensors; t++) s->home[t] = -1;
+  for (int b = 0; b < nb; b++) {
+    const rt_SchedBuffer *bf = &c->buffers[b];
+    if (bf->tensor < 0 || bf->space != RT_SPACE_DEVICE) continue;
+    const rt_SchedTensor *t = &c->tensors[bf->tensor];
+    if (t->kind != 4) { /* resident kinds */
+      s->resident[b] = s->persist[b] = 1;
+      s->first[b] = 0;
+      s->last[b] = ns - 1;
+      if (s->home[bf->tensor] < 0) s->home[bf->tensor] = b;
+    } else if (t->is_output && s->first[b] >= 0) {
+      s->last[b] = ns - 1;
+      s->persist[b] = 1;
+      int h = s->home[bf->tensor];
+      if (h < 0 || s->first[b] > s->first[h]) s->home[bf->tensor] = b;
+    }
+  }
+  for (int b = 0; b < nb; b++)
+    if (s->first[b] < 0 && s->last[b] >= 0)
+      return fail(s, RT_ESCHEDULE, "buffer %d (%s) is read at step %d but never written", b, buffer_name(s, b),
+                  s->last[b]);
+  /* CSR lists of births and deaths per step. */
+  int nborn = 0, ndie = 0;
+  for (int b = 0; b < nb; b++)
+    if (s->first[b] >= 0) nborn++, ndie++;
+  s->born = calloc((size_t)nborn + 1, sizeof *s->born);
+  s->die = calloc((size_t)ndie + 1, sizeof *s->die);
+  if (!s->born || !s->die) return fail(s, RT_ENOMEM, "out of memory");
+  for (int b = 0; b < nb; b++)
+    if (s->first[b] >= 0) s->born_start[s->first[b] + 1]++, s->die_start[s->last[b] + 1]++;
+  for (int i = 0; i < ns; i++) s->born_start[i + 1] += s->born_start[i], s->die_start[i + 1] += s->die_start[i];
+  int *fb = calloc((size_t)ns + 1, sizeof *fb), *fd = calloc((size_t)ns + 1, sizeof *fd);
+  if (!fb || !fd) {
+    free(fb);
+    free(fd);
+    return fail(s, RT_ENOMEM, "out of memory");
+  }
+  for (int b = 0; b < nb; b++)
+    if (s->first[b] >= 0) {
+      s->born[s->born_start[s->first[b]] + fb[s->first[b]]++] = b;
+      s->die[s->die_start[s->last[b]] + fd[s->last[b]]++] = b;
+    }
+  free(fb);
+  free(fd);
+  return RT_OK;
+}
+
+static int build_steps(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
+  int nattr = 0, nio = 0;
+  for (int o = 0; o < c->nops; o++)
+    if (c->ops[o].attr0 + c->ops[o].nattr > nattr) nattr = c->ops[o].attr0 + c->ops[o].nattr;
+  for (int i = 0; i < c->nsteps; i++)
+    if (c->steps[i].kind == RT_STEP_COMPUTE) {
+      const rt_SchedOp *o = &c->ops[c->steps[i].op];
+      if (c->steps[i].io0 + o->nin + o->nout > nio) nio = c->steps[i].io0 + o->nin + o->nout;
+    }
+  s->attrs = calloc((size_t)nattr + 1, sizeof *s->attrs);
+  s->views = calloc((size_t)nio + 1, sizeof *s->views);
+  if (!s->attrs || !s->views) return fail(s, RT_ENOMEM, "out of memory");
+  for (int i = 0; i < nattr; i++) {
+    s->attrs[i].key = c->attrs[i].key;
+    s->attrs[i].num = c->attrs[i].num;
+  }
+  for (int o = 0; o < c->nops; o++) {
+    s->op_step[o] = -1;
+    s->fn[o] = s->be->find_kernel(c->ops[o].type);
+  }
+  for (int i = 0; i < c->nsteps; i++) {
+    const rt_SchedStep *st = &c->steps[i];
+    if (st->kind != RT_STEP_COMPUTE) continue;
+    const rt_SchedOp *o = &c->ops[st->op];
+    if (!s->fn[st->op])
+      return fail(s, RT_EKERNEL, "no %s kernel for op type '%s' (op %s)", s->be->name, o->type, o->name);
+    if (!st->recompute) s->op_step[st->op] = i;
+    for (int k = 0; k < o->nin + o->nout; k++) {
+      int b = c->step_io[st->io0 + k];
+      const rt_SchedTensor *t = &c->tensors[c->buffers[b].tensor];
+      rt_View *v = &s->views[st->io0 + k];
+      v->data = s->dev + c->buffers[b].offset;
+      v->dtype = (rt_DType)t->dtype;
+      v->rank = t->rank;
+      v->numel = 1;
+      for (int d = 0; d < t->rank; d++) v->shape[d] = t->shape[d], v->numel *= t->shape[d];
+    }
+    rt_KernelArgs *a = &s->args[i];
+    a->in = &s->views[st->io0];
+    a->nin = o->nin;
+    a->out = &s->views[st->io0 + o->nin];
+    a->nout = o->nout;
+    if (st->workspace >= 0) {
+      a->workspace = s->dev + c->buffers[st->workspace].offset;
+      a->workspace_bytes = c->buffers[st->workspace].bytes;
+    }
+    a->attrs = &s->attrs[o->attr0];
+    a->nattrs = o->nattr;
+    a->backend_ctx = s->be->kernel_ctx ? s->be->kernel_ctx(s->ctx) : NULL;
+  }
+  s->ngrads = 0;
+  for (int t = 0; t < c->ntensors; t++)
+    if (c->tensors[t].kind == 2 && s->home[t] >= 0) s->grads[s->ngrads++] = s->home[t];
+  return RT_OK;
+}
+
+int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, char *err, size_t errlen) {
+  *out = NULL;
+  rt_Session *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return RT_ENOMEM;
+  }
+  int rc = RT_OK;
+  rt_Options o = {RT_BACKEND_AUTO, 0, 1};
+  if (opt) o = *opt;
+  const char *dbg = getenv("RATION_DEBUG");
+  if (dbg && !strcmp(dbg, "1")) o.flags |= RT_OPEN_DEBUG;
+  s->debug = (o.flags & RT_OPEN_DEBUG) != 0;
+  s->profile = (o.flags & RT_OPEN_PROFILE) != 0;
+  s->sc = sched;
+  if (!sched) {
+    rc = fail(s, RT_EINVAL, "no schedule");
+    goto done;
+  }
+  if ((rc = validate(s)) != RT_OK) goto done;
+  char berr[256] = "";
+  if (o.backend == RT_BACKEND_CPU) {
+    s->be = &rt_backend_cpu;
+  } else {
+    s->be = rt_backend_cuda_get(berr, sizeof berr);
+    if (!s->be && o.backend == RT_BACKEND_CUDA) {
+      rc = fail(s, RT_EUNAVAIL, "CUDA backend: %s", berr);
+      goto done;
+    }
+    if (!s->be) s->be = &rt_backend_cpu;
+  }
+  const rt_Schedule *c = sched;
+  size_t nb = (size_t)c->nbuffers + 1, ns = (size_t)c->nsteps + 1, no = (size_t)c->nops + 1;
+  s->fn = calloc(no, sizeof *s->fn);
+  s->args = calloc(ns, sizeof *s->args);
+  s->first = calloc(nb, sizeof *s->first);
+  s->last = calloc(nb, sizeof *s->last);
+  s->born_start = calloc(ns + 1, sizeof *s->born_start);
+  s->die_start = calloc(ns + 1, sizeof *s->die_start);
+  s->home = calloc((size_t)c->ntensors + 1, sizeof *s->home);
+  s->grads = calloc((size_t)c->ntensors + 1, sizeof *s->grads);
+  s->resident = calloc(nb, sizeof *s->resident);
+  s->persist = calloc(nb, sizeof *s->persist);
+  s->op_step = calloc(no, sizeof *s->op_step);
+  s->op_sum = calloc(no, sizeof *s->op_sum);
+  s->state = calloc(nb, sizeof *s->state);
+  if (!s->fn || !s->args || !s->first || !s->last || !s->born_start || !s->die_start || !s->home || !s->grads ||
+      !s->resident || !s->persist || !s->op_step || !s->op_sum || !s->state) {
+    rc = fail(s, RT_ENOMEM, "out of memory");
+    goto done;
+  }
+  if ((rc = derive_occupancy(s)) != RT_OK) goto done;
+  void *dev = NULL, *host = NULL;
+  rc = s->be->open(&s->ctx, c->arena_bytes, c->host_bytes, c->nevents, s->debug, o.seed, &dev, &host, s->err,
+                   sizeof s->err);
+  if (rc != RT_OK) {
+    s->ctx = NULL;
+    goto done;
+  }
+  s->dev = dev;
+  s->host = host;
+  if ((rc = build_steps(s)) != RT_OK) goto done;
+  if (s->debug) {
+    /* Nothing but resident state may be read before it is written. */
+    for (int b = 0; b < c->nbuffers; b++)
+      if (!s->resident[b] && c->buffers[b].bytes > 0) {
+        unsigned char *base = c->buffers[b].space == RT_SPACE_HOST ? s->host : s->dev;
+        rc = s->be->fill(s->ctx, RT_STREAM_COMPUTE, base + c->buffers[b].offset, 0xff, c->buffers[b].bytes,
+                         s->err, sizeof s->err);
+        if (rc != RT_OK) goto done;
+      }
+    rc = s->be->sync(s->ctx, s->err, sizeof s->err);
+  }
+done:
+  if (rc != RT_OK) {
+    snprintf(err, errlen, "%s", s->err);
+    rt_close(s);
+    return rc;
+  }
+  *out = s;
+  return RT_OK;
+}
+
+void rt_close(rt_Session *s) {
+  if (!s) return;
+  if (s->ctx) s->be->close(s->ctx);
+  free(s->fn);
+  free(s->attrs);
+  free(s->views);
+  free(s->args);
+  free(s->first);
+  free(s->last);
+  free(s->born_start);
+  free(s->born);
+  free(s->die_start);
+  free(s->die);
+  free(s->home);
+  free(s->grads);
+  free(s->resident);
+  free(s->persist);
+  free(s->op_step);
+  free(s->op_sum);
+  free(s->state);
+  free(s);
+}
+
+int rt_tensor_index(const rt_Session *s, const char *name) {
+  if (!s || !name) return -1;
+  for (int t = 0; t < s->sc->ntensors; t++)
+    if (!strcmp(s->sc->tensors[t].name, name)) return t;
+  return -1;
+}
+
+static int resident_buffer(rt_Session *s, const char *tensor, size_t bytes, int *b) {
+  if (!s) return RT_EINVAL;
+  int t = rt_tensor_index(s, tensor);
+  if (t < 0) return fail(s, RT_EINVAL, "no tensor '%s' in schedule %s", tensor ? tensor : "(null)", s->sc->name);
+  if (s->home[t] < 0)
+    return fail(s, RT_EINVAL, "tensor '%s' has no buffer that lives across steps (not an input, param, grad, "
+                "optimizer state or graph output)", tensor);
+  if ((int64_t)bytes != s->sc->tensors[t].bytes)
+    return fail(s, RT_EINVAL, "tensor '%s' has %lld bytes, not %zu", tensor, (long long)s->sc->tensors[t].bytes,
+                bytes);
+  *b = s->home[t];
+  return RT_OK;
+}
+
+int rt_write(rt_Session *s, const char *tensor, const void *src, size_t bytes) {
+  int b, rc = resident_buffer(s, tensor, bytes, &b);
+  if (rc != RT_OK) return rc;
+  return s->be->upload(s->ctx, s->dev + s->sc->buffers[b].offset, src, (int64_t)bytes, s->err, sizeof s->err);
+}
+
+int rt_read(rt_Session *s, const char *tensor, void *dst, size_t bytes) {
+  int b, rc = resident_buffer(s, tensor, bytes, &b);
+  if (rc != RT_OK) return rc;
+  return s->be->download(s->ctx, dst, s->dev + s->sc->buffers[b].offset, (int64_t)bytes, s->err, sizeof s->err);
+}
+
+static unsigned char *buffer_ptr(const rt_Session *s, int b) {
+  const rt_SchedBuffer *bf = &s->sc->buffers[b];
+  return (bf->space == RT_SPACE_HOST ? s->host : s->dev) + bf->offset;
+}
+
+static const char *state_name(int st) {
+  return st == ST_EMPTY ? "not yet written" : st == ST_PENDING ? "still being prefetched" : "dead";
+}
+
+static const char *step_desc(const rt_Session *s, int i) {
+  const rt_SchedStep *st = &s->sc->steps[i];
+  switch (st->kind) {
+  case RT_STEP_COMPUTE: return s->sc->ops[st->op].name;
+  case RT_STEP_OFFLOAD: return "offload";
+  case RT_STEP_OFFLOAD_WAIT: return "offload_wait";
+  case RT_STEP_PREFETCH: return "prefetch";
+  default: return "prefetch_wait";
+  }
+}
+
+/* Debug: a read of buffer b at step i must find it written and alive. */
+static int check_read(rt_Session *s, int i, int b) {
+  if (s->state[b] == ST_VALID) return RT_OK;
+  return fail(s, RT_EDEBUG, "step %d (%s) reads buffer %d (%s), which is %s", i, step_desc(s, i), b,
+              buffer_name(s, b), state_name(s->state[b]));
+}
+
+/* Debug: a buffer becoming occupied must not share bytes with an occupied one. */
+static int check_birth(rt_Session *s, int i, int b) {
+  const rt_SchedBuffer *x = &s->sc->buffers[b];
+  for (int k = 0; k < s->sc->nbuffers; k++) {
+    const rt_SchedBuffer *y = &s->sc->buffers[k];
+    if (k == b || y->space != x->space || (s->state[k] != ST_VALID && s->state[k] != ST_PENDING)) continue;
+    if (y->offset < x->offset + x->bytes && x->offset < y->offset + y->bytes && x->bytes > 0 && y->bytes > 0)
+      return fail(s, RT_EDEBUG, "step %d (%s): buffer %d (%s) becomes occupied over buffer %d (%s), still occupied",
+                  i, step_desc(s, i), b, buffer_name(s, b), k, buffer_name(s, k));
+  }
+  return RT_OK;
+}
+
+static int run_steps(rt_Session *s, double *kernel_s, double *wait_s) {
+  const rt_Schedule *c = s->sc;
+  const rt_Backend *be = s->be;
+  char *err = s->err;
+  size_t el = sizeof s->err;
+  int rc;
+  double t0;
+  for (int g = 0; g < s->ngrads; g++) {
+    const rt_SchedBuffer *bf = &c->buffers[s->grads[g]];
+    if ((rc = be->fill(s->ctx, RT_STREAM_COMPUTE, s->dev + bf->offset, 0, bf->bytes, err, el)) != RT_OK) return rc;
+  }
+  for (int i = 0; i < c->nsteps; i++) {
+    const rt_SchedStep *st = &c->steps[i];
+    for (int k = s->born_start[i]; k < s->born_start[i + 1]; k++) {
+      int b = s->born[k];
+      if (c->buffers[b].space == RT_SPACE_DEVICE) s->live += c->buffers[b].bytes;
+      if (s->debug && (rc = check_birth(s, i, b)) != RT_OK) return rc;
+    }
+    if (s->live > s->hwm) s->hwm = s->live;
+    for (int k = 0; k < st->nwait; k++) {
+      int w = c->waits[st->wait0 + k];
+      if (st->stream == RT_STREAM_COMPUTE) t0 = now_seconds();
+      if ((rc = be->wait(s->ctx, st->stream, c->steps[w].event, err, el)) != RT_OK) return rc;
+      if (st->stream == RT_STREAM_COMPUTE) *wait_s += now_seconds() - t0;
+    }
+    switch (st->kind) {
+    case RT_STEP_COMPUTE: {
+      const rt_SchedOp *o = &c->ops[st->op];
+      const int32_t *io = &c->step_io[st->io0];
+      if (s->debug)
+        for (int k = 0; k < o->nin; k++)
+          if ((rc = check_read(s, i, io[k])) != RT_OK) return rc;
+      t0 = now_seconds();
+      rc = be->launch(s->ctx, s->fn[st->op], &s->args[i], s->profile, err, el);
+      double dt = now_seconds() - t0;
+      if (rc != RT_OK) return rc;
+      *kernel_s += dt;
+      if (!st->recompute) s->op_sum[st->op] += dt;
+      if (s->debug) {
+        for (int k = 0; k < o->nout; k++) s->state[io[o->nin + k]] = ST_VALID;
+        if (st->workspace >= 0) s->state[st->workspace] = ST_VALID;
+      }
+      break;
+    }
+    case RT_STEP_OFFLOAD:
+    case RT_STEP_PREFETCH:
+      if (s->debug) {
+        if ((rc = check_read(s, i, st->from)) != RT_OK) return rc;
+        s->state[st->to] = st->kind == RT_STEP_OFFLOAD ? ST_VALID : ST_PENDING;
+      }
+      rc = be->copy(s->ctx, st->stream, buffer_ptr(s, st->to), buffer_ptr(s, st->from), c->buffers[st->to].bytes,
+                    err, el);
+      if (rc != RT_OK) return rc;
+      break;
+    case RT_STEP_PREFETCH_WAIT:
+      if (s->debug) {
+        if (s->state[st->to] != ST_PENDING)
+          return fail(s, RT_EDEBUG, "step %d: prefetch_wait for buffer %d (%s), which no prefetch is filling", i,
+                      st->to, buffer_name(s, st->to));
+        s->state[st->to] = ST_VALID;
+      }
+      break;
+    default: /* offload_wait: its wait above is all it does */
+      break;
+    }
+    for (int k = s->die_start[i]; k < s->die_start[i + 1]; k++) {
+      int b = s->die[k];
+      if (c->buffers[b].space == RT_SPACE_DEVICE) s->live -= c->buffers[b].bytes;
+      if (s->debug && !s->persist[b]) {
+        s->state[b] = ST_DEAD;
+        if ((rc = be->fill(s->ctx, st->stream, buffer_ptr(s, b), 0xff, c->buffers[b].bytes, err, el)) != RT_OK)
+          return rc;
+      }
+    }
+    if (st->event >= 0 && (rc = be->record(s->ctx, st->stream, st->event, err, el)) != RT_OK) return rc;
+  }
+  return RT_OK;
+}
+
+int rt_step(rt_Session *s) {
+  if (!s) return RT_EINVAL;
+  const rt_Schedule *c = s->sc;
+  s->err[0] = '\0';
+  s->nrun++;
+  for (int i = 0; i < c->nsteps; i++) s->args[i].step = s->nrun;
+  for (int b = 0; b < c->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
+  s->live = 0;
+  double kernel_s = 0, wait_s = 0;
+  double t0 = now_seconds();
+  int rc = run_steps(s, &kernel_s, &wait_s);
+  double t1 = now_seconds();
+  char serr[256];
+  int src = s->be->sync(s->ctx, serr, sizeof serr);
+  double t2 = now_seconds();
+  if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
+  if (rc != RT_OK) {
+    s->nrun--;
+    return rc;
+  }
+  s->last.step_seconds = t2 - t0;
+  s->last.kernel_seconds = kernel_s;
+  s->last.wait_seconds = wait_s + (t2 - t1);
+  s->last.overhead_seconds = s->last.step_seconds - s->last.kernel_seconds - s->last.wait_seconds;
+  return RT_OK;
+}
+
+int rt_stats(const rt_Session *s, rt_Stats *st) {
+  if (!s || !st) return RT_EINVAL;
+  *st = s->last;
+  st->backend = s->be->name;
+  st->arena_bytes = s->sc->arena_bytes;
+  st->host_bytes = s->sc->host_bytes;
+  st->live_high_water = s->hwm;
+  st->steps = s->nrun;
+  return RT_OK;
+}
+
+double rt_op_seconds(const rt_Session *s, int op) {
+  if (!s || op < 0 || op >= s->sc->nops || s->nrun == 0 || s->op_step[op] < 0) return -1;
+  return s->op_sum[op] / (double)s->nrun;
+}
+
+static void json_str(FILE *f, const char *x) {
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)x; *c; c++) {
+    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+    else if (*c < 32) fprintf(f, "\\u%04x", *c);
+    else fputc(*c, f);
+  }
+  fputc('"', f);
+}
+
+int rt_write_profile(rt_Session *s, const char *path) {
+  if (!s || !path) return RT_EINVAL;
+  if (s->nrun == 0) return fail(s, RT_EINVAL, "no step has run: nothing to profile");
+  char tmp[4096];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return fail(s, RT_EINVAL, "path too long");
+  FILE *f = fopen(tmp, "w");
+  if (!f) return fail(s, RT_EINVAL, "%s: cannot write", tmp);
+  fprintf(f, "{\"format\": \"ration-costs/1\", \"schedule\": ");
+  json_str(f, s->sc->name);
+  fprintf(f, ", \"backend\": ");
+  json_str(f, s->be->name);
+  fprintf(f, ", \"steps\": %lld,\n \"ops\": {", (long long)s->nrun);
+  int n = 0;
+  for (int o = 0; o < s->sc->nops; o++) {
+    double sec = rt_op_seconds(s, o);
+    if (sec < 0) continue;
+    fprintf(f, "%s\n  ", n++ ? "," : "");
+    json_str(f, s->sc->ops[o].name);
+    fprintf(f, ": %.3f", sec * 1e6);
+  }
+  fprintf(f, "\n }\n}\n");
+  bool bad = ferror(f) != 0;
+  if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+    remove(tmp);
+    return fail(s, RT_EINVAL, "%s: write failed", path);
+  }
+  return RT_OK;
+}
+
+/* Replaced by the CUDA backend's definition when it is linked in. */
+__attribute__((weak)) const rt_Backend *rt_backend_cuda_get(char *err, size_t errlen) {
+  snprintf(err, errlen, "libration was built without CUDA");
+  return NULL;
+}

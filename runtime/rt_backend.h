@@ -1,0 +1,44 @@
+/*
+ * rt_backend.h - libration's internal backend vtable: what the executor
+ * (rt.c) needs from a device. Three FIFO streams (RT_STREAM_*), events that
+ * one stream records and another waits for, two arenas allocated once at
+ * open. Every call returns 0 or a negative rt_Status with a message in err.
+ */
+#ifndef RT_BACKEND_H
+#define RT_BACKEND_H
+
+#include <stdbool.h>
+
+#include "kernels.h"
+#include "ration.h"
+
+typedef struct rt_Backend {
+  const char *name;
+  /* Allocates the device arena (*dev) and host arena (*host), both zeroed,
+   * the streams and NEVENTS events. DEBUG: copies start after random delays. */
+  int (*open)(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nevents, bool debug,
+              unsigned seed, void **dev, void **host, char *err, size_t errlen);
+  void (*close)(void *ctx);
+  rt_KernelFn (*find_kernel)(const char *type);
+  void *(*kernel_ctx)(void *ctx);
+  /* Runs FN on the compute stream; PROFILE: return only once it finished. */
+  int (*launch)(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen);
+  int (*copy)(void *ctx, int stream, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
+  int (*fill)(void *ctx, int stream, void *dst, int byte, int64_t bytes, char *err, size_t errlen);
+  int (*record)(void *ctx, int stream, int event, char *err, size_t errlen);
+  /* STREAM waits (the caller blocks when STREAM is compute on a synchronous
+   * backend) until the last record of EVENT issued before this call completed. */
+  int (*wait)(void *ctx, int stream, int event, char *err, size_t errlen);
+  /* Every stream idle; reports the first asynchronous failure. */
+  int (*sync)(void *ctx, char *err, size_t errlen);
+  /* Synchronous copies between caller memory and an arena, streams idle. */
+  int (*upload)(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
+  int (*download)(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
+} rt_Backend;
+
+extern const rt_Backend rt_backend_cpu;
+/* The CUDA backend when libration was built with it and a device exists,
+ * else NULL with the reason in err. */
+const rt_Backend *rt_backend_cuda_get(char *err, size_t errlen);
+
+#endif

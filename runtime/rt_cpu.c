@@ -1,0 +1,253 @@
+/*
+ * rt_cpu.c - the CPU backend. Compute runs on the caller's thread; the D2H
+ * and H2D streams are each a real thread draining a FIFO of jobs (copy,
+ * fill, record an event, wait for an event), so a wait missing from a
+ * schedule is a real race, not a modelled one. In debug mode every copy
+ * starts after a random delay, which makes such races show up. Job rings
+ * and arenas are allocated at open; the step path only enqueues.
+ */
+#include "rt_backend.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { JOB_COPY, JOB_FILL, JOB_RECORD, JOB_WAIT };
+enum { RING = 4096 };
+
+typedef struct Job {
+  int kind, byte, event;
+  void *dst;
+  const void *src;
+  int64_t bytes;
+  uint64_t target;
+} Job;
+
+typedef struct Stream {
+  struct Cpu *owner;
+  pthread_t thread;
+  bool started, busy;
+  Job ring[RING];
+  int head, count;
+  unsigned seed;
+} Stream;
+
+typedef struct Cpu {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* any change: a job queued or finished, an event done */
+  bool stop, debug;
+  unsigned char *dev, *host;
+  uint64_t *issued, *done; /* per event: records issued, records completed */
+  Stream streams[3];       /* [RT_STREAM_D2H], [RT_STREAM_H2D] are threads */
+} Cpu;
+
+static void *xalloc_arena(int64_t bytes) {
+  size_t n = (size_t)((bytes + 255) / 256 * 256);
+  if (n == 0) n = 256;
+  void *p = aligned_alloc(256, n);
+  if (p) memset(p, 0, n);
+  return p;
+}
+
+static void random_delay(unsigned *seed) {
+  /* Mostly short, sometimes long enough to let compute run many ops ahead. */
+  unsigned r = (unsigned)rand_r(seed);
+  long us = (r % 8 == 0) ? (long)(r % 2000) : (long)(r % 100);
+  struct timespec ts = {0, us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static void *stream_main(void *arg) {
+  Stream *st = arg;
+  Cpu *c = st->owner;
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    while (st->count == 0 && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+    if (st->count == 0) break;
+    Job j = st->ring[st->head];
+    st->head = (st->head + 1) % RING;
+    st->count--;
+    st->busy = true;
+    pthread_cond_broadcast(&c->cv);
+    if (j.kind == JOB_WAIT) {
+      while (c->done[j.event] < j.target) pthread_cond_wait(&c->cv, &c->mu);
+    } else if (j.kind == JOB_RECORD) {
+      if (c->done[j.event] < j.target) c->done[j.event] = j.target;
+    } else {
+      pthread_mutex_unlock(&c->mu);
+      if (j.kind == JOB_COPY) {
+        if (c->debug) random_delay(&st->seed);
+        memcpy(j.dst, j.src, (size_t)j.bytes);
+      } else {
+        memset(j.dst, j.byte, (size_t)j.bytes);
+      }
+      pthread_mutex_lock(&c->mu);
+    }
+    st->busy = false;
+    pthread_cond_broadcast(&c->cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+static void enqueue(Cpu *c, int stream, Job j) {
+  Stream *st = &c->streams[stream];
+  pthread_mutex_lock(&c->mu);
+  while (st->count == RING) pthread_cond_wait(&c->cv, &c->mu);
+  st->ring[(st->head + st->count) % RING] = j;
+  st->count++;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void cpu_close(void *ctx) {
+  Cpu *c = ctx;
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  c->stop = true;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+    if (c->streams[s].started) pthread_join(c->streams[s].thread, NULL);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->dev);
+  free(c->host);
+  free(c->issued);
+  free(c->done);
+  free(c);
+}
+
+static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nevents, bool debug, unsigned seed,
+                    void **dev, void **host, char *err, size_t errlen) {
+  Cpu *c = calloc(1, sizeof *c);
+  *ctx = NULL;
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return RT_ENOMEM;
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  c->debug = debug;
+  c->dev = xalloc_arena(arena_bytes);
+  c->host = xalloc_arena(host_bytes);
+  c->issued = calloc((size_t)nevents + 1, sizeof *c->issued);
+  c->done = calloc((size_t)nevents + 1, sizeof *c->done);
+  if (!c->dev || !c->host || !c->issued || !c->done) {
+    cpu_close(c);
+    snprintf(err, errlen, "cannot allocate arenas of %lld + %lld bytes", (long long)arena_bytes,
+             (long long)host_bytes);
+    return RT_ENOMEM;
+  }
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) {
+    c->streams[s].owner = c;
+    c->streams[s].seed = seed * 2654435761u + (unsigned)s;
+    if (pthread_create(&c->streams[s].thread, NULL, stream_main, &c->streams[s]) != 0) {
+      cpu_close(c);
+      snprintf(err, errlen, "cannot start a copy-stream thread");
+      return RT_EBACKEND;
+    }
+    c->streams[s].started = true;
+  }
+  *ctx = c;
+  *dev = c->dev;
+  *host = c->host;
+  return RT_OK;
+}
+
+static rt_KernelFn cpu_find_kernel(const char *type) {
+  return rt_kernel_find(type);
+}
+
+static int cpu_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen) {
+  (void)ctx;
+  (void)profile; /* compute is synchronous on the CPU: always exact */
+  char kerr[256] = "";
+  int rc = fn(a, kerr, sizeof kerr);
+  if (rc != 0) {
+    snprintf(err, errlen, "kernel failed: %s", kerr[0] ? kerr : "no message");
+    return RT_EKERNEL;
+  }
+  return RT_OK;
+}
+
+static int cpu_copy(void *ctx, int stream, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  if (stream == RT_STREAM_COMPUTE) memcpy(dst, src, (size_t)bytes);
+  else enqueue(ctx, stream, (Job){.kind = JOB_COPY, .dst = dst, .src = src, .bytes = bytes});
+  return RT_OK;
+}
+
+static int cpu_fill(void *ctx, int stream, void *dst, int byte, int64_t bytes, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  if (stream == RT_STREAM_COMPUTE) memset(dst, byte, (size_t)bytes);
+  else enqueue(ctx, stream, (Job){.kind = JOB_FILL, .dst = dst, .byte = byte, .bytes = bytes});
+  return RT_OK;
+}
+
+static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen) {
+  Cpu *c = ctx;
+  (void)err;
+  (void)errlen;
+  pthread_mutex_lock(&c->mu);
+  uint64_t target = ++c->issued[event];
+  if (stream == RT_STREAM_COMPUTE) {
+    c->done[event] = target;
+    pthread_cond_broadcast(&c->cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_RECORD, .event = event, .target = target});
+  return RT_OK;
+}
+
+static int cpu_wait(void *ctx, int stream, int event, char *err, size_t errlen) {
+  Cpu *c = ctx;
+  (void)err;
+  (void)errlen;
+  pthread_mutex_lock(&c->mu);
+  uint64_t target = c->issued[event];
+  if (stream == RT_STREAM_COMPUTE)
+    while (c->done[event] < target) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_WAIT, .event = event, .target = target});
+  return RT_OK;
+}
+
+static int cpu_sync(void *ctx, char *err, size_t errlen) {
+  Cpu *c = ctx;
+  (void)err;
+  (void)errlen;
+  pthread_mutex_lock(&c->mu);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+    while (c->streams[s].count > 0 || c->streams[s].busy) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  return RT_OK;
+}
+
+static int cpu_transfer(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
+  (void)ctx;
+  (void)err;
+  (void)errlen;
+  memcpy(dst, src, (size_t)bytes);
+  return RT_OK;
+}
+
+const rt_Backend rt_backend_cpu = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .find_kernel = cpu_find_kernel,
+    .kernel_ctx = NULL,
+    .launch = cpu_launch,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .record = cpu_record,
+    .wait = cpu_wait,
+    .sync = cpu_sync,
+    .upload = cpu_transfer,
+    .download = cpu_transfer,
+};
