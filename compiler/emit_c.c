@@ -9,6 +9,7 @@
 #include "ration.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -394,7 +395,8 @@ static int step_rows(const char *text, const char ***rows) {
   int n = 0, cap = 0;
   *rows = NULL;
   if (!t) return 0;
-  size_t pos = (size_t)(strchr(t, '\n') ? strchr(t, '\n') + 1 - text : strlen(text)), len;
+  const char *nl = strchr(t, '\n');
+  size_t pos = nl ? (size_t)(nl + 1 - text) : strlen(text), len;
   const char *l;
   while (next_line(text, &pos, &l, &len) && !(len >= 2 && !strncmp(l, "};", 2))) {
     if (n == cap) {

@@ -96,6 +96,8 @@ typedef struct rt_Options {
   rt_BackendKind backend; /* AUTO: CUDA when built in and a device exists, else CPU */
   unsigned flags;         /* RT_OPEN_*; RATION_DEBUG=1 in the environment adds DEBUG */
   unsigned seed;          /* debug-mode copy delays */
+  unsigned delay_us;      /* debug mode: 0 delays each copy at random (up to 2 ms),
+                             else exactly this long */
 } rt_Options;
 
 typedef struct rt_Session rt_Session;

@@ -37,7 +37,7 @@ struct rt_Session {
   double *op_sum;      /* per op: summed kernel seconds */
   unsigned char *state;
   int64_t live, hwm, nrun;
-  rt_Stats last;
+  rt_Stats stats; /* the last step's times */
   char err[512];
 };
 
@@ -295,7 +295,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
     return RT_ENOMEM;
   }
   int rc = RT_OK;
-  rt_Options o = {RT_BACKEND_AUTO, 0, 1};
+  rt_Options o = {RT_BACKEND_AUTO, 0, 1, 0};
   if (opt) o = *opt;
   const char *dbg = getenv("RATION_DEBUG");
   if (dbg && !strcmp(dbg, "1")) o.flags |= RT_OPEN_DEBUG;
@@ -340,7 +340,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   }
   if ((rc = derive_occupancy(s)) != RT_OK) goto done;
   void *dev = NULL, *host = NULL;
-  rc = s->be->open(&s->ctx, c->arena_bytes, c->host_bytes, c->nevents, s->debug, o.seed, &dev, &host, s->err,
+  rc = s->be->open(&s->ctx, c->arena_bytes, c->host_bytes, c->nevents, s->debug, o.seed, o.delay_us, &dev, &host, s->err,
                    sizeof s->err);
   if (rc != RT_OK) {
     s->ctx = NULL;
@@ -472,7 +472,7 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s) {
   char *err = s->err;
   size_t el = sizeof s->err;
   int rc;
-  double t0;
+  double t0 = 0;
   for (int g = 0; g < s->ngrads; g++) {
     const rt_SchedBuffer *bf = &c->buffers[s->grads[g]];
     if ((rc = be->fill(s->ctx, RT_STREAM_COMPUTE, s->dev + bf->offset, 0, bf->bytes, err, el)) != RT_OK) return rc;
@@ -565,16 +565,16 @@ int rt_step(rt_Session *s) {
     s->nrun--;
     return rc;
   }
-  s->last.step_seconds = t2 - t0;
-  s->last.kernel_seconds = kernel_s;
-  s->last.wait_seconds = wait_s + (t2 - t1);
-  s->last.overhead_seconds = s->last.step_seconds - s->last.kernel_seconds - s->last.wait_seconds;
+  s->stats.step_seconds = t2 - t0;
+  s->stats.kernel_seconds = kernel_s;
+  s->stats.wait_seconds = wait_s + (t2 - t1);
+  s->stats.overhead_seconds = s->stats.step_seconds - s->stats.kernel_seconds - s->stats.wait_seconds;
   return RT_OK;
 }
 
 int rt_stats(const rt_Session *s, rt_Stats *st) {
   if (!s || !st) return RT_EINVAL;
-  *st = s->last;
+  *st = s->stats;
   st->backend = s->be->name;
   st->arena_bytes = s->sc->arena_bytes;
   st->host_bytes = s->sc->host_bytes;

@@ -15,9 +15,10 @@
 typedef struct rt_Backend {
   const char *name;
   /* Allocates the device arena (*dev) and host arena (*host), both zeroed,
-   * the streams and NEVENTS events. DEBUG: copies start after random delays. */
+   * the streams and NEVENTS events. DEBUG: every copy starts after a delay,
+   * DELAY_US long or, when 0, random (seeded by SEED). */
   int (*open)(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nevents, bool debug,
-              unsigned seed, void **dev, void **host, char *err, size_t errlen);
+              unsigned seed, unsigned delay_us, void **dev, void **host, char *err, size_t errlen);
   void (*close)(void *ctx);
   rt_KernelFn (*find_kernel)(const char *type);
   void *(*kernel_ctx)(void *ctx);

@@ -38,6 +38,7 @@ typedef struct Cpu {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* any change: a job queued or finished, an event done */
   bool stop, debug;
+  unsigned delay_us;
   unsigned char *dev, *host;
   uint64_t *issued, *done; /* per event: records issued, records completed */
   Stream streams[3];       /* [RT_STREAM_D2H], [RT_STREAM_H2D] are threads */
@@ -51,11 +52,11 @@ static void *xalloc_arena(int64_t bytes) {
   return p;
 }
 
-static void random_delay(unsigned *seed) {
+static void copy_delay(unsigned *seed, unsigned fixed_us) {
   /* Mostly short, sometimes long enough to let compute run many ops ahead. */
   unsigned r = (unsigned)rand_r(seed);
-  long us = (r % 8 == 0) ? (long)(r % 2000) : (long)(r % 100);
-  struct timespec ts = {0, us * 1000};
+  long us = fixed_us ? (long)fixed_us : (r % 8 == 0) ? (long)(r % 2000) : (long)(r % 100);
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
   nanosleep(&ts, NULL);
 }
 
@@ -78,7 +79,7 @@ static void *stream_main(void *arg) {
     } else {
       pthread_mutex_unlock(&c->mu);
       if (j.kind == JOB_COPY) {
-        if (c->debug) random_delay(&st->seed);
+        if (c->debug) copy_delay(&st->seed, c->delay_us);
         memcpy(j.dst, j.src, (size_t)j.bytes);
       } else {
         memset(j.dst, j.byte, (size_t)j.bytes);
@@ -121,7 +122,7 @@ static void cpu_close(void *ctx) {
 }
 
 static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nevents, bool debug, unsigned seed,
-                    void **dev, void **host, char *err, size_t errlen) {
+                    unsigned delay_us, void **dev, void **host, char *err, size_t errlen) {
   Cpu *c = calloc(1, sizeof *c);
   *ctx = NULL;
   if (!c) {
@@ -131,6 +132,7 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->debug = debug;
+  c->delay_us = delay_us;
   c->dev = xalloc_arena(arena_bytes);
   c->host = xalloc_arena(host_bytes);
   c->issued = calloc((size_t)nevents + 1, sizeof *c->issued);
