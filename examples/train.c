@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KIND_INPUT = 0, KIND_PARAM = 1, KIND_GRAD = 2, KIND_OPTSTATE = 3, KIND_ACT = 4 };
+enum { KIND_PARAM = 1 };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rng_next(void) { /* xorshift64*: reproducible across platforms */
@@ -28,12 +28,6 @@ static uint64_t rng_next(void) { /* xorshift64*: reproducible across platforms *
   return rng_state * 2685821657736338717ull;
 }
 static double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
-static double rng_normal(void) {
-  double u = rng_uniform(), v = rng_uniform();
-  if (u < 1e-300) u = 1e-300;
-  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static const rt_Schedule *S;
 
 static int find_op_of_type(const char *type) {
@@ -44,68 +38,10 @@ static int find_op_of_type(const char *type) {
 static int op_in(int o, int k) { return S->op_io[S->ops[o].io0 + k]; }
 static int op_out(int o, int k) { return S->op_io[S->ops[o].io0 + S->ops[o].nin + k]; }
 
-static size_t dtype_size(int dt) {
-  static const size_t sz[] = {4, 2, 2, 4, 8, 1};
-  return sz[dt];
-}
-
-/* Writes float values into a tensor's storage dtype. */
-static void store(const rt_SchedTensor *t, void *dst, const float *src, int64_t n) {
-  rt_View v = {dst, (rt_DType)t->dtype, 1, {n}, n};
-  for (int64_t i = 0; i < n; i++) rt_store(&v, i, src[i]);
-}
-
-/* How a param is first used decides its initial value: GPT-2 style normal
- * (0, 0.02) for matrices and embeddings, 1 for norm gains, 0 for biases.
- * An f32 master copy (an optimizer input after m and v) starts equal. */
-static int init_params(rt_Session *s) {
-  int64_t maxn = 0;
-  for (int t = 0; t < S->ntensors; t++)
-    if (S->tensors[t].bytes / 1 > maxn) maxn = S->tensors[t].bytes;
-  float *vals = malloc((size_t)maxn * sizeof *vals);
-  void *raw = malloc((size_t)maxn);
-  if (!vals || !raw) return -1;
-  for (int t = 0; t < S->ntensors; t++) {
-    const rt_SchedTensor *T = &S->tensors[t];
-    if (T->kind != KIND_PARAM) continue;
-    int64_t n = T->bytes / (int64_t)dtype_size(T->dtype);
-    double fill = NAN;
-    for (int o = 0; o < S->nops && isnan(fill); o++) {
-      const char *ty = S->ops[o].type;
-      for (int k = 0; k < S->ops[o].nin; k++)
-        if (op_in(o, k) == t) {
-          if ((!strcmp(ty, "layernorm") || !strcmp(ty, "rmsnorm")) && k == 1) fill = 1.0;
-          else if ((!strcmp(ty, "layernorm") && k == 2) || (!strcmp(ty, "matmul") && k == 2)) fill = 0.0;
-          else fill = -1; /* random */
-          break;
-        }
-    }
-    for (int64_t i = 0; i < n; i++) vals[i] = fill >= 0 ? (float)fill : (float)(0.02 * rng_normal());
-    store(T, raw, vals, n);
-    if (rt_write(s, T->name, raw, (size_t)T->bytes) != RT_OK) {
-      fprintf(stderr, "train: %s\n", rt_error(s));
-      return -1;
-    }
-    /* Master copy: the adamw op whose first input is this param. */
-    for (int o = 0; o < S->nops; o++)
-      if (!strcmp(S->ops[o].type, "adamw") && op_in(o, 0) == t && S->ops[o].nin >= 5) {
-        const rt_SchedTensor *M = &S->tensors[op_in(o, 4)];
-        rt_View pv = {raw, (rt_DType)T->dtype, 1, {n}, n};
-        for (int64_t i = 0; i < n; i++) vals[i] = rt_load(&pv, i);
-        store(M, raw, vals, n);
-        if (rt_write(s, M->name, raw, (size_t)M->bytes) != RT_OK) return -1;
-      }
-  }
-  free(vals);
-  free(raw);
-  return 0;
-}
-
 /* A forward pass on the CPU kernels with the session's current weights, to
  * sample text: the schedule is a training step and has no inference mode. */
 typedef struct Sampler {
   void **data; /* per tensor */
-  int enc, ce;
 } Sampler;
 
 static int sampler_init(Sampler *sm, rt_Session *s) {
@@ -164,8 +100,8 @@ static void sample(rt_Session *s, const char *prompt, int n, double temperature)
     printf("(sampling failed: out of memory)\n");
     return;
   }
-  int tok = op_in(sm.enc = find_op_of_type("encoder") >= 0 ? find_op_of_type("encoder") : find_op_of_type("embedding"), 0);
-  int logits = op_in(sm.ce = find_op_of_type("crossentropy"), 0);
+  int enc = find_op_of_type("encoder") >= 0 ? find_op_of_type("encoder") : find_op_of_type("embedding");
+  int tok = op_in(enc, 0), logits = op_in(find_op_of_type("crossentropy"), 0);
   int64_t T = S->tensors[tok].shape[1], V = S->tensors[logits].shape[2];
   int32_t *ctx = (int32_t *)sm.data[tok];
   char out[4096];
@@ -239,7 +175,7 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  rt_Options opt = {RT_BACKEND_AUTO, profile ? RT_OPEN_PROFILE : 0u, seed};
+  rt_Options opt = {.backend = RT_BACKEND_AUTO, .flags = profile ? RT_OPEN_PROFILE : 0u, .seed = seed};
   rt_Session *s;
   char err[512];
   int rc = rt_open(S, &opt, &s, err, sizeof err);
@@ -249,9 +185,15 @@ int main(int argc, char **argv) {
   }
   rt_Stats st;
   rt_stats(s, &st);
-  printf("schedule %s (graph %s, strategy %s, %lld params bytes) on the %s backend\n", S->name, S->graph_name,
-         S->strategy, 0LL, st.backend);
-  if (init_params(s) < 0) return 1;
+  int64_t nparam = 0;
+  for (int t = 0; t < S->ntensors; t++)
+    if (S->tensors[t].kind == KIND_PARAM) nparam += S->tensors[t].bytes;
+  printf("schedule %s: graph %s, strategy %s, %lld bytes of params, %s backend\n", S->name, S->graph_name,
+         S->strategy, (long long)nparam, st.backend);
+  if ((rc = rt_init_params(s, seed, 0.02)) != RT_OK) {
+    fprintf(stderr, "train: %s\n", rt_error(s));
+    return 1;
+  }
   int32_t *tok = malloc((size_t)tokens->bytes), *tgt = malloc((size_t)targets->bytes);
   double sum_step = 0, sum_over = 0, first_loss = 0, last_loss = 0;
   int timed = 0;

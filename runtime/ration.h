@@ -131,6 +131,12 @@ int rt_tensor_index(const rt_Session *s, const char *name);
 int rt_write(rt_Session *s, const char *tensor, const void *src, size_t bytes);
 int rt_read(rt_Session *s, const char *tensor, void *dst, size_t bytes);
 
+/* The schedule the session runs. */
+const rt_Schedule *rt_schedule(const rt_Session *s);
+/* Writes every param (and its f32 master copy) from SEED: norm gains 1,
+ * biases 0, everything else normal(0, STDDEV) (GPT-2 uses 0.02). */
+int rt_init_params(rt_Session *s, uint64_t seed, double stddev);
+
 /* Runs one whole training step (grads zeroed first, optimizer step t =
  * steps run + 1) and waits for it to finish. */
 int rt_step(rt_Session *s);

@@ -393,6 +393,10 @@ void rt_close(rt_Session *s) {
   free(s);
 }
 
+const rt_Schedule *rt_schedule(const rt_Session *s) {
+  return s ? s->sc : NULL;
+}
+
 int rt_tensor_index(const rt_Session *s, const char *name) {
   if (!s || !name) return -1;
   for (int t = 0; t < s->sc->ntensors; t++)
