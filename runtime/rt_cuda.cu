@@ -1,0 +1,203 @@
+/*
+ * rt_cuda.cu - the CUDA backend of libration: the three schedule streams are
+ * CUDA streams, schedule events are CUDA events (recorded and waited for
+ * exactly where the emitted tables say), the device arena is one cudaMalloc
+ * and the host arena one cudaMallocHost, both made at open. Kernels are the
+ * CUDA kernels of kernels_cuda.h, launched on the compute stream with the
+ * cuBLASLt context created once at open. In debug mode every copy is
+ * preceded by a spin kernel on its stream, so a missing wait races for real.
+ * Built into libration_cuda.a only when nvcc exists; link that archive
+ * whole (-Wl,--whole-archive) to replace rt.c's "not built" stub.
+ */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "kernels_cuda.h"
+#include "rt_backend.h"
+}
+
+namespace {
+
+struct Cuda {
+  cudaStream_t st[3];
+  cudaEvent_t *ev;
+  int nevents;
+  unsigned char *dev, *host;
+  rt_CudaKernelCtx *kctx;
+  bool debug;
+  unsigned seed, delay_us;
+};
+
+int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen, "CUDA %s: %s", what, cudaGetErrorString(e));
+  return RT_EBACKEND;
+}
+
+#define CK(call, what)                                              \
+  do {                                                              \
+    cudaError_t e_ = (call);                                        \
+    if (e_ != cudaSuccess) return cuda_fail(e_, what, err, errlen); \
+  } while (0)
+
+/* Holds a copy stream back for about NS nanoseconds of device time. */
+__global__ void spin_kernel(long long ns) {
+  long long start = clock64();
+  while (clock64() - start < ns) {
+  }
+}
+
+void cuda_close(void *ctx) {
+  Cuda *c = (Cuda *)ctx;
+  if (!c) return;
+  for (int s = 0; s < 3; s++)
+    if (c->st[s]) cudaStreamSynchronize(c->st[s]);
+  if (c->kctx) rt_cuda_kernel_ctx_destroy(c->kctx);
+  for (int i = 0; c->ev && i < c->nevents; i++)
+    if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  for (int s = 0; s < 3; s++)
+    if (c->st[s]) cudaStreamDestroy(c->st[s]);
+  if (c->dev) cudaFree(c->dev);
+  if (c->host) cudaFreeHost(c->host);
+  free(c->ev);
+  free(c);
+}
+
+int cuda_open_inner(Cuda *c, int64_t arena_bytes, int64_t host_bytes, char *err, size_t errlen) {
+  for (int s = 0; s < 3; s++) CK(cudaStreamCreateWithFlags(&c->st[s], cudaStreamNonBlocking), "stream");
+  for (int i = 0; i < c->nevents; i++) CK(cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming), "event");
+  size_t db = (size_t)(arena_bytes > 0 ? arena_bytes : 256), hb = (size_t)(host_bytes > 0 ? host_bytes : 256);
+  CK(cudaMalloc((void **)&c->dev, db), "cudaMalloc of the device arena");
+  CK(cudaMemset(c->dev, 0, db), "memset");
+  CK(cudaMallocHost((void **)&c->host, hb), "cudaMallocHost of the host arena");
+  memset(c->host, 0, hb);
+  char kerr[256] = "";
+  if (rt_cuda_kernel_ctx_create(&c->kctx, (void *)c->st[RT_STREAM_COMPUTE], kerr, sizeof kerr) != 0) {
+    c->kctx = NULL;
+    snprintf(err, errlen, "CUDA kernel context: %s", kerr);
+    return RT_EBACKEND;
+  }
+  return RT_OK;
+}
+
+int cuda_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nevents, bool debug, unsigned seed,
+              unsigned delay_us, void **dev, void **host, char *err, size_t errlen) {
+  *ctx = NULL;
+  Cuda *c = (Cuda *)calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return RT_ENOMEM;
+  }
+  c->nevents = nevents;
+  c->ev = (cudaEvent_t *)calloc((size_t)nevents + 1, sizeof *c->ev);
+  c->debug = debug;
+  c->seed = seed;
+  c->delay_us = delay_us;
+  int rc = c->ev ? cuda_open_inner(c, arena_bytes, host_bytes, err, errlen) : RT_ENOMEM;
+  if (rc != RT_OK) {
+    if (rc == RT_ENOMEM) snprintf(err, errlen, "out of memory");
+    cuda_close(c);
+    return rc;
+  }
+  *ctx = c;
+  *dev = c->dev;
+  *host = c->host;
+  return RT_OK;
+}
+
+rt_KernelFn cuda_find_kernel(const char *type) {
+  return rt_cuda_kernel_find(type);
+}
+
+void *cuda_kernel_ctx(void *ctx) {
+  return ((Cuda *)ctx)->kctx;
+}
+
+int cuda_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  char kerr[256] = "";
+  if (fn(a, kerr, sizeof kerr) != 0) {
+    snprintf(err, errlen, "kernel failed: %s", kerr[0] ? kerr : "no message");
+    return RT_EKERNEL;
+  }
+  if (profile) CK(cudaStreamSynchronize(c->st[RT_STREAM_COMPUTE]), "kernel");
+  return RT_OK;
+}
+
+int cuda_copy(void *ctx, int stream, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  if (c->debug && stream != RT_STREAM_COMPUTE) {
+    unsigned r = (unsigned)rand_r(&c->seed);
+    long long us = c->delay_us ? (long long)c->delay_us : (r % 8 == 0) ? (long long)(r % 2000) : (long long)(r % 100);
+    spin_kernel<<<1, 1, 0, c->st[stream]>>>(us * 1500); /* ~1.5 GHz clock */
+    CK(cudaGetLastError(), "debug delay");
+  }
+  CK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, c->st[stream]), "copy");
+  return RT_OK;
+}
+
+int cuda_fill(void *ctx, int stream, void *dst, int byte, int64_t bytes, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  /* The host arena is pinned, hence device-addressable under UVA. */
+  CK(cudaMemsetAsync(dst, byte, (size_t)bytes, c->st[stream]), "memset");
+  return RT_OK;
+}
+
+int cuda_record(void *ctx, int stream, int event, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  CK(cudaEventRecord(c->ev[event], c->st[stream]), "event record");
+  return RT_OK;
+}
+
+int cuda_wait(void *ctx, int stream, int event, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  CK(cudaStreamWaitEvent(c->st[stream], c->ev[event], 0), "stream wait");
+  return RT_OK;
+}
+
+int cuda_sync(void *ctx, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  for (int s = 0; s < 3; s++) CK(cudaStreamSynchronize(c->st[s]), "synchronize");
+  char kerr[256] = "";
+  if (rt_cuda_kernel_ctx_status(c->kctx, kerr, sizeof kerr) != 0) {
+    snprintf(err, errlen, "kernel failed: %s", kerr);
+    return RT_EKERNEL;
+  }
+  return RT_OK;
+}
+
+int cuda_upload(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
+  (void)ctx;
+  CK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyHostToDevice), "upload");
+  return RT_OK;
+}
+
+int cuda_download(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
+  (void)ctx;
+  CK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost), "download");
+  return RT_OK;
+}
+
+const rt_Backend cuda_backend = {
+    "cuda",      cuda_open, cuda_close, cuda_find_kernel, cuda_kernel_ctx, cuda_launch,  cuda_copy,
+    cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
+};
+
+} // namespace
+
+extern "C" const rt_Backend *rt_backend_cuda_get(char *err, size_t errlen) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "no CUDA device: %s", cudaGetErrorString(e));
+    return NULL;
+  }
+  if (n == 0) {
+    snprintf(err, errlen, "no CUDA device");
+    return NULL;
+  }
+  return &cuda_backend;
+}
