@@ -71,7 +71,11 @@ endif
 $(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/kernels_cuda.h runtime/kernels.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-$(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o
+$(BUILD)/runtime/rt_cuda.o: runtime/rt_cuda.cu runtime/rt_backend.h runtime/ration.h runtime/kernels_cuda.h runtime/kernels.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# Link it whole (-Wl,--whole-archive): rt_cuda.o replaces rt.c's weak stub.
+$(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
 	@rm -f $@; ar rcs $@ $^
 
 test: $(BIN) $(TEST_BIN)

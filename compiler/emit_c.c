@@ -418,6 +418,8 @@ static void put_row_desc(Buf *b, const char *row) {
     return;
   }
   c += 3;
+  while (*c >= '0' && *c <= '9') c++; /* the step index, said already */
+  if (*c == ' ') c++;
   const char *end = strstr(c, " */");
   buf_printf(b, "%.*s", (int)(end ? end - c : 60), c);
 }
@@ -431,7 +433,7 @@ int emit_c_compare(const char *old_text, const char *new_text, Buf *why) {
     bool ha = prov_field(old_text, keys[k], a, sizeof a), hb = prov_field(new_text, keys[k], b, sizeof b);
     if (!ha) strcpy(a, "(missing)");
     if (!hb) strcpy(b, "(missing)");
-    if (strcmp(a, b)) buf_printf(why, "%s%s %s -> %s", nsaid++ ? "; " : "", keys[k], a, b);
+    if (strcmp(a, b)) buf_printf(why, "%s%s was %s, now %s", nsaid++ ? "; " : "", keys[k], a, b);
   }
   const char **ro, **rn;
   int no = step_rows(old_text, &ro), nn = step_rows(new_text, &rn);
@@ -442,12 +444,13 @@ int emit_c_compare(const char *old_text, const char *new_text, Buf *why) {
     if (lo != ln || memcmp(ro[i], rn[i], lo)) break;
   }
   if (i < no || i < nn) {
-    buf_printf(why, "%sstep %d: ", nsaid++ ? "; " : "", i);
+    buf_printf(why, "%sstep %d: was '", nsaid++ ? "; " : "", i);
     if (i < no) put_row_desc(why, ro[i]);
-    else buf_printf(why, "(absent)");
-    buf_printf(why, " -> ");
+    else buf_printf(why, "(no step)");
+    buf_printf(why, "', now '");
     if (i < nn) put_row_desc(why, rn[i]);
-    else buf_printf(why, "(absent)");
+    else buf_printf(why, "(no step)");
+    buf_printf(why, "'");
   }
   free(ro);
   free(rn);

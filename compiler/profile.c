@@ -1,0 +1,47 @@
+/*
+ * profile.c - reads a "ration-costs/1" file (written by libration's
+ * rt_write_profile from measured runs) into a graph's per-op time_us, so
+ * `ration plan --costs FILE` plans with measured rather than roofline op
+ * times. All or nothing: the graph is only changed when the whole file is
+ * valid. Ops the file does not name keep their modelled cost.
+ */
+#include "ration.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cost_load_profile(Graph *g, const char *path, Err *e) {
+  size_t len;
+  char *text = json_read(path, &len, e);
+  if (!text) return -1;
+  cJSON *root = json_parse(path, text, len, "ration-costs/1", e);
+  free(text);
+  if (!root) return -1;
+  int rc = -1;
+  double *us = util_xcalloc((size_t)g->nops + 1, sizeof *us);
+  JsonPath po = {NULL, "ops", 0};
+  const cJSON *ops = json_get(root, "ops");
+  if (!us) {
+    err_set(e, "%s: out of memory", path);
+    goto done;
+  }
+  if (json_object(path, &po, ops, e)) goto done;
+  for (int i = 0; i < g->nops; i++) us[i] = -1;
+  for (const cJSON *it = ops->child; it; it = it->next) {
+    JsonPath pk = {&po, it->string, 0};
+    int op = graph_find_op(g, it->string);
+    if (op < 0) {
+      json_err(e, path, &pk, "no op \"%s\" in graph %s (a profile of another graph?)", it->string, g->name);
+      goto done;
+    }
+    if (json_nonneg(path, &pk, it, &us[op], e)) goto done;
+  }
+  for (int i = 0; i < g->nops; i++)
+    if (us[i] >= 0) g->ops[i].time_us = us[i];
+  rc = 0;
+done:
+  free(us);
+  cJSON_Delete(root);
+  return rc;
+}
