@@ -520,6 +520,27 @@ int main(void) {
       buf_free(&b);
     }
   }
+  T_CASE("checked-in models load and validate; published parameter counts") {
+    static const struct {
+      const char *path;
+      int64_t params; /* 0: not a published model */
+    } files[] = {{"models/gpt2-tiny.json", 0},          {"models/llama-tiny.json", 0},
+                 {"models/gpt2-124m.json", 124439808},   {"models/gpt2-1558m.json", 1557611200},
+                 {"models/llama3.2-1b.json", 1235814400}, {"models/llama3-8b.json", 8030261248LL},
+                 {"models/unet.json", 0}};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+      Err e;
+      Graph *g = graph_load(files[f].path, &e);
+      T_CHECKF(g != NULL, "%s", g ? "" : e.msg);
+      if (!g) continue;
+      int64_t params = 0;
+      for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].kind == KIND_PARAM) params += g->tensors[i].bytes / graph_dtype_size(g->tensors[i].dtype);
+      T_CHECKF(!files[f].params || params == files[f].params, "%s: %lld params", files[f].path, (long long)params);
+      T_CHECK(g->nstashed > 0 && graph_find_tensor(g, "loss") >= 0);
+      graph_free(g);
+    }
+  }
   T_CASE("bad configs are refused with a message") {
     Err e = {{0}};
     ModelConfig c;
