@@ -35,6 +35,10 @@ int cost_load_profile(Graph *g, const char *path, Err *e) {
       json_err(e, path, &pk, "no op \"%s\" in graph %s (a profile of another graph?)", it->string, g->name);
       goto done;
     }
+    if (us[op] >= 0) {
+      json_err(e, path, &pk, "op \"%s\" is listed twice", it->string);
+      goto done;
+    }
     if (json_nonneg(path, &pk, it, &us[op], e)) goto done;
   }
   for (int i = 0; i < g->nops; i++)
