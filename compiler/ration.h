@@ -222,6 +222,7 @@ typedef struct Predicted {
 } Predicted;
 
 typedef struct Plan {
+  char *path; /* file it was read from (malloc'd), NULL when made in memory */
   char graph_name[256];
   char graph_sha256[65];
   char device[128];
@@ -233,6 +234,7 @@ typedef struct Plan {
   int nbuffers, nsteps;
   Buffer *buffers;
   Step *steps;
+  int buffers_cap, steps_cap; /* allocation sizes of the two arrays */
 } Plan;
 
 Plan *plan_new(const Graph *g);
@@ -267,6 +269,12 @@ typedef struct SimResult {
   int nsteps;
 } SimResult;
 
+/* Occupancy of every buffer: first and last step index (DESIGN.md's plan
+ * semantics). Arrays of nbuffers entries, filled by the caller's memory.
+ * Workspace and resident buffers included. Returns -1 only on a plan that
+ * references unknown buffers (sim_check reports those properly). */
+int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last);
+
 /* Checks every rule of the plan semantics; e names the step and rule. */
 int sim_check(const Plan *p, const Graph *g, Err *e);
 /* Live bytes and the three-stream time; with_trace keeps per-step bytes. */
@@ -279,19 +287,44 @@ typedef struct PlanOptions {
   const char *strategy; /* keep-all checkpoint-layers sqrt-n offload-all knapsack ilp exact */
   const char *solver;   /* glpk | cbc */
   int64_t budget_bytes;
-  double time_limit;
-  bool quiet;
+  double time_limit;    /* seconds; <= 0 means the strategy's default */
+  bool quiet;           /* no progress lines on stderr */
 } PlanOptions;
 
-/* Runs a strategy end to end: decisions, schedule, layout, simulation. */
+/* A strategy fills dec[] (one entry per graph tensor; only stashed tensors
+ * are read) and may fill the solver info. It returns 0, or -1 with e set
+ * (an infeasible budget is an error naming the smallest budget it can meet). */
+typedef int (*PlanDecideFn)(const Graph *g, const Device *d, const PlanOptions *o,
+                            Decision *dec, SolverInfo *si, Err *e);
+typedef struct PlanStrategy {
+  const char *name;
+  PlanDecideFn decide;
+} PlanStrategy;
+/* NULL-terminated table of every strategy, in plan_strategies.c. */
+extern const PlanStrategy plan_strategies[];
+const PlanStrategy *plan_find_strategy(const char *name);
+int plan_decide_keep_all(const Graph *g, const Device *d, const PlanOptions *o,
+                         Decision *dec, SolverInfo *si, Err *e);
+
+/* Decisions -> schedule -> layout -> simulation, filling predicted. Does
+ * not check the budget. */
+Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
+/* Runs a strategy end to end and checks the result against the budget. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
 /* Keep-all peak live bytes of the graph (what every budget % refers to). */
 int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
+
+/* Static positions of the family, shared by the schedule builder and any
+ * strategy that models it (indices are graph op indices). */
+int plan_offload_wait_op(const Graph *g, const Device *d, int tensor);
+int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op);
 
 /* --------------------------------------------------------------- emit */
 
 /* NAME.plan.json text. */
 int emit_plan_json(const Plan *p, const Graph *g, Buf *out);
+/* A JSON string literal with escapes, for every emitter. */
+void emit_json_string(Buf *out, const char *s);
 
 /* --------------------------------------------------------------- model */
 

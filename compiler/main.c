@@ -1,0 +1,217 @@
+/*
+ * main.c - the ration CLI. Thin: parse arguments, then the pipeline as a
+ * flat list of calls (load, cost, plan, simulate, layout, emit). `-d` dumps
+ * each phase to stderr. The only file that exits: status 2 for bad input or
+ * an infeasible budget, 1 for a failed --check, 0 otherwise.
+ */
+#include "ration.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: ration COMMAND ...\n"
+          "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
+          "                    [--solver glpk|cbc] [--costs FILE] [-d] -o OUT\n"
+          "  ration simulate GRAPH PLAN [--device D] [--trace]\n"
+          "  ration version\n"
+          "strategies:");
+  for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(stderr, " %s", s->name);
+  fprintf(stderr, "\n");
+}
+
+static void die(const Err *e) {
+  fprintf(stderr, "%s\n", e->msg);
+  exit(2);
+}
+
+static void die_usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "ration: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  exit(2);
+}
+
+/* A device given as a file, or as a profile name under budgets/. */
+static Device *load_device(const char *name, Err *e) {
+  if (access(name, R_OK) == 0 || strchr(name, '/')) return device_load(name, e);
+  char path[1024];
+  snprintf(path, sizeof path, "budgets/%s.json", name);
+  if (access(path, R_OK) != 0) {
+    err_set(e, "--device: no file \"%s\" and no profile %s", name, path);
+    return NULL;
+  }
+  return device_load(path, e);
+}
+
+/* --budget: bytes (integer or with a unit) or a percentage of keep-all. */
+static int64_t parse_budget(const char *arg, const Graph *g, const Device *d, Err *e) {
+  size_t n = strlen(arg);
+  int64_t bytes;
+  if (n && arg[n - 1] == '%') {
+    char *end;
+    double pct = strtod(arg, &end);
+    if (end != arg + n - 1 || !(pct > 0) || pct > 1e6) {
+      err_set(e, "--budget: \"%s\" is not a percentage", arg);
+      return -1;
+    }
+    int64_t peak = plan_keep_all_peak(g, d, e);
+    if (peak < 0) return -1;
+    return (int64_t)((double)peak * pct / 100.0);
+  }
+  char *end;
+  long long v = strtoll(arg, &end, 10);
+  if (*end == 0 && end != arg && v > 0) return (int64_t)v;
+  if (util_parse_size(arg, &bytes) && bytes > 0) return bytes;
+  err_set(e, "--budget: \"%s\" is not a size (bytes, a size with a unit, or P%%)", arg);
+  return -1;
+}
+
+static void dump_plan(const Plan *p, const Graph *g) {
+  fprintf(stderr, "== decisions\n");
+  for (int i = 0; i < g->nstashed; i++)
+    fprintf(stderr, "  %-32s %s\n", g->tensors[g->stashed[i]].name, plan_decision_name(p->decisions[g->stashed[i]]));
+  fprintf(stderr, "== steps (%d) and buffers (%d)\n", p->nsteps, p->nbuffers);
+  static const char *kinds[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
+  for (int s = 0; s < p->nsteps; s++) {
+    const Step *st = &p->steps[s];
+    if (st->kind == STEP_COMPUTE)
+      fprintf(stderr, "  %5d %-13s %s%s\n", s, kinds[st->kind], g->ops[st->op].name, st->recompute ? " (recompute)" : "");
+    else {
+      int b = st->kind == STEP_PREFETCH_WAIT ? st->to : st->from;
+      fprintf(stderr, "  %5d %-13s %s\n", s, kinds[st->kind], g->tensors[p->buffers[b].tensor].name);
+    }
+  }
+  fprintf(stderr, "== layout: arena %" PRId64 " bytes, host %" PRId64 " bytes\n", p->arena_bytes, p->host_bytes);
+}
+
+static int cmd_plan(int argc, char **argv) {
+  const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL;
+  PlanOptions o = {.strategy = "keep-all", .solver = "glpk", .quiet = !isatty(2)};
+  bool dump = false;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char **val = !strcmp(a, "--device") ? &device_name : !strcmp(a, "--budget") ? &budget
+                     : !strcmp(a, "-o") ? &out : !strcmp(a, "--strategy") ? &o.strategy
+                     : !strcmp(a, "--solver") ? &o.solver : !strcmp(a, "--costs") ? &costs : NULL;
+    if (val) {
+      if (i + 1 >= argc) die_usage("%s needs a value", a);
+      *val = argv[++i];
+    } else if (!strcmp(a, "--time-limit")) {
+      if (i + 1 >= argc) die_usage("%s needs a value", a);
+      char *end;
+      o.time_limit = strtod(argv[++i], &end);
+      if (*end || !(o.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i]);
+    } else if (!strcmp(a, "-d")) {
+      dump = true;
+    } else if (a[0] == '-') {
+      die_usage("plan: unknown option %s", a);
+    } else if (!graph_path) {
+      graph_path = a;
+    } else {
+      die_usage("plan: unexpected argument %s", a);
+    }
+  }
+  if (!graph_path || !device_name || !out) die_usage("%s", "plan needs GRAPH, --device D and -o OUT");
+  Err e;
+  Graph *g = graph_load(graph_path, &e);
+  if (!g) die(&e);
+  Device *d = load_device(device_name, &e);
+  if (!d) die(&e);
+  if (costs && cost_load_profile(g, costs, &e)) die(&e);
+  o.budget_bytes = budget ? parse_budget(budget, g, d, &e) : d->memory - d->reserve;
+  if (o.budget_bytes < 0) die(&e);
+  Plan *p = plan_make(g, d, &o, &e);
+  if (!p) die(&e);
+  if (dump) dump_plan(p, g);
+  Buf json = {0};
+  char path[4096];
+  snprintf(path, sizeof path, "%s.plan.json", out);
+  if (emit_plan_json(p, g, &json) || util_write_file_atomic(path, json.data, json.len, &e)) {
+    if (json.failed) err_set(&e, "%s: out of memory", path);
+    die(&e);
+  }
+  char b1[32], b2[32], b3[32];
+  printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
+         path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),
+         util_fmt_bytes(p->predicted.peak_live_bytes, b2, sizeof b2), util_fmt_bytes(p->arena_bytes, b3, sizeof b3),
+         p->predicted.step_seconds, p->predicted.compute_seconds, p->predicted.recompute_seconds,
+         p->predicted.stall_seconds);
+  buf_free(&json);
+  plan_free(p);
+  device_free(d);
+  graph_free(g);
+  return 0;
+}
+
+static int cmd_simulate(int argc, char **argv) {
+  const char *graph_path = NULL, *plan_path = NULL, *device_name = NULL;
+  bool trace = false;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--device")) {
+      if (i + 1 >= argc) die_usage("%s needs a value", argv[i]);
+      device_name = argv[++i];
+    } else if (!strcmp(argv[i], "--trace")) {
+      trace = true;
+    } else if (argv[i][0] == '-') {
+      die_usage("simulate: unknown option %s", argv[i]);
+    } else if (!graph_path) {
+      graph_path = argv[i];
+    } else if (!plan_path) {
+      plan_path = argv[i];
+    } else {
+      die_usage("simulate: unexpected argument %s", argv[i]);
+    }
+  }
+  if (!graph_path || !plan_path) die_usage("%s", "simulate needs GRAPH and PLAN");
+  Err e;
+  Graph *g = graph_load(graph_path, &e);
+  if (!g) die(&e);
+  Plan *p = plan_load(plan_path, g, &e);
+  if (!p) die(&e);
+  Device *d = load_device(device_name ? device_name : p->device, &e);
+  if (!d) die(&e);
+  SimResult r;
+  if (sim_run(p, g, d, trace, &r, &e)) die(&e);
+  if (trace) {
+    static const char *kinds[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
+    printf("step\tdo\twhat\tlive_bytes\n");
+    for (int s = 0; s < p->nsteps; s++) {
+      const Step *st = &p->steps[s];
+      int b = st->kind == STEP_PREFETCH_WAIT ? st->to : st->from;
+      const char *what = st->kind == STEP_COMPUTE ? g->ops[st->op].name : g->tensors[p->buffers[b].tensor].name;
+      printf("%d\t%s%s\t%s\t%" PRId64 "\n", s, kinds[st->kind], st->recompute ? "(re)" : "", what, r.live_bytes[s]);
+    }
+  }
+  printf("valid: %d steps, %d buffers\n", p->nsteps, p->nbuffers);
+  printf("peak_live_bytes %" PRId64 " at step %d\n", r.peak_live_bytes, r.peak_step);
+  printf("arena_bytes %" PRId64 " (%.4f x peak), budget_bytes %" PRId64 "\n", p->arena_bytes,
+         r.peak_live_bytes ? (double)p->arena_bytes / (double)r.peak_live_bytes : 0.0, p->budget_bytes);
+  printf("step_seconds %.9g (compute %.9g, recompute %.9g, stall %.9g)\n", r.step_seconds, r.compute_seconds,
+         r.recompute_seconds, r.stall_seconds);
+  sim_result_free(&r);
+  device_free(d);
+  plan_free(p);
+  graph_free(g);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+  if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
+  if (!strcmp(cmd, "version")) {
+    printf("ration %s\n", RATION_VERSION);
+    return 0;
+  }
+  usage();
+  return 2;
+}

@@ -1,0 +1,157 @@
+/*
+ * plan.c - the Plan object and the end-to-end planning driver: a strategy
+ * picks decisions, the schedule builder turns them into steps, layout gives
+ * offsets, the simulator predicts time and peak, and the budget is checked.
+ */
+#include "ration.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+Plan *plan_new(const Graph *g) {
+  Plan *p = util_xcalloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->decisions = util_xcalloc((size_t)g->ntensors, sizeof *p->decisions);
+  if (!p->decisions) {
+    free(p);
+    return NULL;
+  }
+  for (int t = 0; t < g->ntensors; t++) p->decisions[t] = DEC_NONE;
+  snprintf(p->graph_name, sizeof p->graph_name, "%s", g->name);
+  memcpy(p->graph_sha256, g->sha256, sizeof p->graph_sha256);
+  p->alignment = 256;
+  snprintf(p->solver.name, sizeof p->solver.name, "none");
+  snprintf(p->solver.status, sizeof p->solver.status, "not_used");
+  return p;
+}
+
+void plan_free(Plan *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nsteps; i++) {
+    free(p->steps[i].inputs);
+    free(p->steps[i].outputs);
+  }
+  free(p->steps);
+  free(p->buffers);
+  free(p->decisions);
+  free(p->path);
+  free(p);
+}
+
+static bool grow(void **arr, int count, int *cap, size_t elem) {
+  if (count < *cap) return true;
+  int bigger_cap = *cap ? *cap * 2 : 64;
+  void *bigger = realloc(*arr, (size_t)bigger_cap * elem);
+  if (!bigger) return false;
+  *arr = bigger;
+  *cap = bigger_cap;
+  return true;
+}
+
+int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space space) {
+  if (!grow((void **)&p->buffers, p->nbuffers, &p->buffers_cap, sizeof *p->buffers)) return -1;
+  Buffer *b = &p->buffers[p->nbuffers];
+  b->tensor = tensor;
+  b->workspace_of = workspace_of;
+  b->bytes = bytes;
+  b->space = space;
+  b->offset = 0;
+  return p->nbuffers++;
+}
+
+Step *plan_add_step(Plan *p, StepKind kind) {
+  if (!grow((void **)&p->steps, p->nsteps, &p->steps_cap, sizeof *p->steps)) return NULL;
+  Step *s = &p->steps[p->nsteps++];
+  memset(s, 0, sizeof *s);
+  s->kind = kind;
+  s->op = s->from = s->to = s->workspace = -1;
+  return s;
+}
+
+const char *plan_decision_name(Decision d) {
+  switch (d) {
+  case DEC_KEEP: return "keep";
+  case DEC_RECOMPUTE: return "recompute";
+  case DEC_OFFLOAD: return "offload";
+  default: return "none";
+  }
+}
+
+Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e) {
+  Plan *p = plan_new(g);
+  if (!p) {
+    err_set(e, "%s: out of memory", g->path);
+    return NULL;
+  }
+  snprintf(p->device, sizeof p->device, "%s", d->name);
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    if (dec[t] != DEC_KEEP && dec[t] != DEC_RECOMPUTE && dec[t] != DEC_OFFLOAD) {
+      err_set(e, "%s: tensors[%d]: no decision for stashed tensor \"%s\"", g->path, t, g->tensors[t].name);
+      plan_free(p);
+      return NULL;
+    }
+    p->decisions[t] = dec[t];
+  }
+  SimResult r;
+  if (plan_build_schedule(p, g, d, e) || layout_assign(p, g, e) || sim_run(p, g, d, false, &r, e)) {
+    plan_free(p);
+    return NULL;
+  }
+  p->predicted.step_seconds = r.step_seconds;
+  p->predicted.compute_seconds = r.compute_seconds;
+  p->predicted.recompute_seconds = r.recompute_seconds;
+  p->predicted.stall_seconds = r.stall_seconds;
+  p->predicted.peak_live_bytes = r.peak_live_bytes;
+  sim_result_free(&r);
+  return p;
+}
+
+int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e) {
+  Decision *dec = util_xcalloc((size_t)g->ntensors, sizeof *dec);
+  if (!dec) return err_set(e, "%s: out of memory", g->path);
+  for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_KEEP;
+  Plan *p = plan_from_decisions(g, d, dec, e);
+  free(dec);
+  if (!p) return -1;
+  int64_t peak = p->predicted.peak_live_bytes;
+  plan_free(p);
+  return peak;
+}
+
+Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
+  const PlanStrategy *s = plan_find_strategy(o->strategy);
+  if (!s) {
+    err_set(e, "--strategy: unknown strategy \"%s\"", o->strategy);
+    return NULL;
+  }
+  int64_t keep_all_peak = plan_keep_all_peak(g, d, e);
+  if (keep_all_peak < 0) return NULL;
+  Decision *dec = util_xcalloc((size_t)g->ntensors, sizeof *dec);
+  if (!dec) {
+    err_set(e, "%s: out of memory", g->path);
+    return NULL;
+  }
+  for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+  SolverInfo si = {.name = "none", .status = "not_used"};
+  Plan *p = NULL;
+  if (s->decide(g, d, o, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
+  free(dec);
+  if (!p) return NULL;
+  snprintf(p->strategy, sizeof p->strategy, "%s", s->name);
+  p->budget_bytes = o->budget_bytes;
+  p->solver = si;
+  p->predicted.keep_all_peak_bytes = keep_all_peak;
+  if (p->arena_bytes > o->budget_bytes) {
+    char b1[32], b2[32];
+    err_set(e, "%s: strategy %s needs an arena of %" PRId64 " bytes (%s) (peak live %" PRId64
+               " bytes) but the budget is %" PRId64 " bytes (%s)",
+            g->path, s->name, p->arena_bytes, util_fmt_bytes(p->arena_bytes, b1, sizeof b1),
+            p->predicted.peak_live_bytes, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b2, sizeof b2));
+    plan_free(p);
+    return NULL;
+  }
+  return p;
+}

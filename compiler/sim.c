@@ -1,0 +1,418 @@
+/*
+ * sim.c - the ground truth. Checks a plan against every rule of DESIGN.md's
+ * plan semantics, then replays it: live device bytes at every step (the
+ * number the runtime's high-water mark must equal) and the step time on
+ * three FIFO streams (compute, D2H, H2D), where stalls are waits that
+ * actually happen, not estimates.
+ */
+#include "ration.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *plan_name(const Plan *p) { return p->path ? p->path : "plan"; }
+
+static bool valid_buffer(const Plan *p, int id) { return id >= 0 && id < p->nbuffers; }
+
+int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last) {
+  int end = p->nsteps - 1;
+  for (int b = 0; b < p->nbuffers; b++) {
+    const Buffer *bf = &p->buffers[b];
+    bool resident = bf->tensor >= 0 && bf->space == SPACE_DEVICE && graph_is_resident(&g->tensors[bf->tensor]);
+    first[b] = resident ? 0 : -1;
+    last[b] = resident ? end : -1;
+  }
+#define TOUCH(id, s) do { if (!valid_buffer(p, id)) return -1; \
+    if (first[id] < 0) first[id] = (s); \
+    if (last[id] < (s)) last[id] = (s); } while (0)
+  for (int s = 0; s < p->nsteps; s++) {
+    const Step *st = &p->steps[s];
+    switch (st->kind) {
+    case STEP_COMPUTE: {
+      if (st->op < 0 || st->op >= g->nops) return -1;
+      const Op *o = &g->ops[st->op];
+      for (int k = 0; k < o->noutputs; k++) {
+        TOUCH(st->outputs[k], s);
+        const Buffer *bf = &p->buffers[st->outputs[k]];
+        /* A graph output's first residency is read by the trainer after the step. */
+        if (!st->recompute && bf->tensor >= 0 && g->tensors[bf->tensor].is_output) last[st->outputs[k]] = end;
+      }
+      for (int k = 0; k < o->ninputs; k++) TOUCH(st->inputs[k], s);
+      if (st->workspace >= 0) TOUCH(st->workspace, s);
+      break;
+    }
+    case STEP_OFFLOAD:
+    case STEP_PREFETCH:
+      TOUCH(st->from, s);
+      TOUCH(st->to, s);
+      break;
+    case STEP_OFFLOAD_WAIT: TOUCH(st->from, s); break;
+    case STEP_PREFETCH_WAIT: TOUCH(st->to, s); break;
+    }
+  }
+#undef TOUCH
+  /* A host buffer whose offload was waited for lives at least until then. */
+  for (int s = 0; s < p->nsteps; s++) {
+    const Step *st = &p->steps[s];
+    if (st->kind != STEP_OFFLOAD_WAIT) continue;
+    for (int k = 0; k < s; k++)
+      if (p->steps[k].kind == STEP_OFFLOAD && p->steps[k].from == st->from && last[p->steps[k].to] < s)
+        last[p->steps[k].to] = s;
+  }
+  return 0;
+}
+
+/* Per-buffer state while replaying the steps in order. */
+enum { B_EMPTY, B_WRITTEN, B_FILLING, B_DEAD };
+
+typedef struct Check {
+  const Plan *p;
+  const Graph *g;
+  Err *e;
+  int *state;
+  int *offload_of;    /* host buffer -> step index of the offload filling it */
+  int *offload_waited;/* host buffer -> 1 once that offload was waited for */
+  int *pending;       /* device buffer -> step index of an un-waited offload from it */
+  int *prefetch_of;   /* device buffer -> step index of its prefetch */
+} Check;
+
+static int fail(Check *c, int s, const char *fmt, const char *a, const char *b) {
+  char what[512];
+  snprintf(what, sizeof what, fmt, a, b);
+  return err_set(c->e, "%s: steps[%d]: %s", plan_name(c->p), s, what);
+}
+
+static const char *tname(const Check *c, int buf) {
+  int t = c->p->buffers[buf].tensor;
+  return t >= 0 ? c->g->tensors[t].name : "(workspace)";
+}
+
+static int check_read(Check *c, int s, int id) {
+  char idbuf[32];
+  snprintf(idbuf, sizeof idbuf, "%d", id);
+  if (c->state[id] == B_EMPTY) return fail(c, s, "reads buffer %s (\"%s\") before anything wrote it", idbuf, tname(c, id));
+  if (c->state[id] == B_FILLING)
+    return fail(c, s, "reads buffer %s (\"%s\") before its prefetch_wait", idbuf, tname(c, id));
+  if (c->state[id] == B_DEAD) return fail(c, s, "reads buffer %s (\"%s\") after its offload_wait", idbuf, tname(c, id));
+  return 0;
+}
+
+static int check_write(Check *c, int s, int id) {
+  char idbuf[32];
+  snprintf(idbuf, sizeof idbuf, "%d", id);
+  const Buffer *bf = &c->p->buffers[id];
+  bool resident = bf->tensor >= 0 && graph_is_resident(&c->g->tensors[bf->tensor]);
+  if (!resident && c->state[id] != B_EMPTY)
+    return fail(c, s, "writes buffer %s (\"%s\") a second time", idbuf, tname(c, id));
+  if (bf->space != SPACE_DEVICE) return fail(c, s, "computes into host buffer %s (\"%s\")", idbuf, tname(c, id));
+  c->state[id] = B_WRITTEN;
+  return 0;
+}
+
+static int check_compute(Check *c, int s, int *next_op) {
+  const Plan *p = c->p;
+  const Graph *g = c->g;
+  const Step *st = &p->steps[s];
+  char a[64], b[300];
+  if (st->op < 0 || st->op >= g->nops) {
+    snprintf(a, sizeof a, "%d", st->op);
+    return fail(c, s, "unknown op %s%s", a, "");
+  }
+  const Op *o = &g->ops[st->op];
+  if (st->recompute) {
+    if (o->phase != PHASE_FORWARD) return fail(c, s, "recomputes \"%s\", which is not a forward op%s", o->name, "");
+  } else if (st->op != *next_op) {
+    if (*next_op >= g->nops) return fail(c, s, "runs \"%s\" again after the last op%s", o->name, "");
+    if (st->op < *next_op) return fail(c, s, "runs \"%s\" a second time (not as a recompute)%s", o->name, "");
+    return fail(c, s, "runs \"%s\" before \"%s\": ops missing or out of graph order", o->name, g->ops[*next_op].name);
+  } else {
+    (*next_op)++;
+  }
+  for (int k = 0; k < o->ninputs; k++) {
+    int id = st->inputs[k];
+    snprintf(b, sizeof b, "%s", g->tensors[o->inputs[k]].name);
+    if (!valid_buffer(p, id) || p->buffers[id].tensor != o->inputs[k])
+      return fail(c, s, "input %s is not a buffer of \"%s\"", (snprintf(a, sizeof a, "%d", k), a), b);
+    if (p->buffers[id].space != SPACE_DEVICE) return fail(c, s, "reads host buffer of \"%s\"%s", b, "");
+    if (check_read(c, s, id)) return -1;
+  }
+  for (int k = 0; k < o->noutputs; k++) {
+    int id = st->outputs[k];
+    snprintf(b, sizeof b, "%s", g->tensors[o->outputs[k]].name);
+    if (!valid_buffer(p, id) || p->buffers[id].tensor != o->outputs[k])
+      return fail(c, s, "output %s is not a buffer of \"%s\"", (snprintf(a, sizeof a, "%d", k), a), b);
+    if (check_write(c, s, id)) return -1;
+  }
+  if (o->workspace > 0) {
+    int id = st->workspace;
+    if (!valid_buffer(p, id) || p->buffers[id].workspace_of != st->op || p->buffers[id].bytes < o->workspace ||
+        p->buffers[id].space != SPACE_DEVICE)
+      return fail(c, s, "\"%s\" needs a device workspace buffer of its own%s", o->name, "");
+    if (check_write(c, s, id)) return -1;
+  } else if (st->workspace >= 0) {
+    return fail(c, s, "\"%s\" declares no workspace but the step names one%s", o->name, "");
+  }
+  return 0;
+}
+
+static int check_copy(Check *c, int s) {
+  const Plan *p = c->p;
+  const Step *st = &p->steps[s];
+  char a[32];
+  switch (st->kind) {
+  case STEP_OFFLOAD:
+    if (!valid_buffer(p, st->from) || !valid_buffer(p, st->to)) return fail(c, s, "offload names an unknown buffer%s%s", "", "");
+    if (p->buffers[st->from].space != SPACE_DEVICE || p->buffers[st->to].space != SPACE_HOST ||
+        p->buffers[st->from].tensor != p->buffers[st->to].tensor || p->buffers[st->from].tensor < 0 ||
+        p->buffers[st->from].bytes != p->buffers[st->to].bytes)
+      return fail(c, s, "offload must copy a device buffer to a host buffer of the same tensor (\"%s\")%s", tname(c, st->from), "");
+    if (check_read(c, s, st->from)) return -1;
+    if (c->state[st->to] != B_EMPTY) return fail(c, s, "offload overwrites host buffer of \"%s\"%s", tname(c, st->to), "");
+    c->state[st->to] = B_WRITTEN;
+    c->offload_of[st->to] = s;
+    c->pending[st->from] = s;
+    return 0;
+  case STEP_OFFLOAD_WAIT:
+    if (!valid_buffer(p, st->from) || c->pending[st->from] < 0) {
+      snprintf(a, sizeof a, "%d", st->from);
+      return fail(c, s, "offload_wait for buffer %s, which has no offload in flight%s", a, "");
+    }
+    c->offload_waited[p->steps[c->pending[st->from]].to] = 1;
+    c->pending[st->from] = -1;
+    c->state[st->from] = B_DEAD;
+    return 0;
+  case STEP_PREFETCH:
+    if (!valid_buffer(p, st->from) || !valid_buffer(p, st->to)) return fail(c, s, "prefetch names an unknown buffer%s%s", "", "");
+    if (p->buffers[st->from].space != SPACE_HOST || p->buffers[st->to].space != SPACE_DEVICE ||
+        p->buffers[st->from].tensor != p->buffers[st->to].tensor || p->buffers[st->from].bytes != p->buffers[st->to].bytes)
+      return fail(c, s, "prefetch must copy a host buffer to a device buffer of the same tensor (\"%s\")%s", tname(c, st->from), "");
+    if (c->offload_of[st->from] < 0) return fail(c, s, "prefetch of \"%s\" from a host buffer no offload filled%s", tname(c, st->from), "");
+    if (!c->offload_waited[st->from])
+      return fail(c, s, "prefetch of \"%s\" before its offload completed (no offload_wait before it)%s", tname(c, st->from), "");
+    if (c->state[st->to] != B_EMPTY) return fail(c, s, "prefetch into buffer of \"%s\" that was already written%s", tname(c, st->to), "");
+    c->state[st->to] = B_FILLING;
+    c->prefetch_of[st->to] = s;
+    return 0;
+  case STEP_PREFETCH_WAIT:
+    if (!valid_buffer(p, st->to) || c->prefetch_of[st->to] < 0 || c->state[st->to] != B_FILLING) {
+      snprintf(a, sizeof a, "%d", st->to);
+      return fail(c, s, "prefetch_wait for buffer %s, which has no prefetch in flight%s", a, "");
+    }
+    c->state[st->to] = B_WRITTEN;
+    return 0;
+  default: return fail(c, s, "unknown step kind%s%s", "", "");
+  }
+}
+
+typedef struct Span {
+  int64_t lo, hi;
+  int buf;
+} Span;
+
+static int cmp_span(const void *a, const void *b) {
+  const Span *x = a, *y = b;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return x->buf - y->buf;
+}
+
+/* No two buffers of one space that overlap in bytes are occupied at once. */
+static int check_overlaps(const Plan *p, const Graph *g, const int *first, const int *last, Err *e) {
+  Span *spans = util_xcalloc((size_t)p->nbuffers, sizeof *spans);
+  if (!spans) return err_set(e, "%s: out of memory", plan_name(p));
+  for (int space = SPACE_DEVICE; space <= SPACE_HOST; space++) {
+    int n = 0;
+    for (int b = 0; b < p->nbuffers; b++)
+      if ((int)p->buffers[b].space == space && first[b] >= 0)
+        spans[n++] = (Span){p->buffers[b].offset, p->buffers[b].offset + p->buffers[b].bytes, b};
+    qsort(spans, (size_t)n, sizeof *spans, cmp_span);
+    for (int i = 0; i < n; i++)
+      for (int j = i + 1; j < n && spans[j].lo < spans[i].hi; j++) {
+        int a = spans[i].buf, b = spans[j].buf;
+        if (first[a] <= last[b] && first[b] <= last[a]) {
+          int s = first[a] > first[b] ? first[a] : first[b];
+          const char *na = p->buffers[a].tensor >= 0 ? g->tensors[p->buffers[a].tensor].name : "(workspace)";
+          const char *nb = p->buffers[b].tensor >= 0 ? g->tensors[p->buffers[b].tensor].name : "(workspace)";
+          err_set(e, "%s: steps[%d]: buffers %d (\"%s\") and %d (\"%s\") overlap in %s bytes while both are occupied",
+                  plan_name(p), s, a < b ? a : b, a < b ? na : nb, a < b ? b : a, a < b ? nb : na,
+                  space == SPACE_DEVICE ? "device" : "host");
+          free(spans);
+          return -1;
+        }
+      }
+  }
+  free(spans);
+  return 0;
+}
+
+static int check_buffers(const Plan *p, const Graph *g, Err *e) {
+  int64_t host_end = 0;
+  for (int b = 0; b < p->nbuffers; b++) {
+    const Buffer *bf = &p->buffers[b];
+    int64_t end;
+    if (bf->offset < 0 || !util_add_i64(bf->offset, bf->bytes, &end))
+      return err_set(e, "%s: buffers[%d].offset: %" PRId64 " is not a valid offset", plan_name(p), b, bf->offset);
+    if (bf->tensor >= 0 && bf->bytes != g->tensors[bf->tensor].bytes)
+      return err_set(e, "%s: buffers[%d].bytes: %" PRId64 " but tensor \"%s\" has %" PRId64 " bytes", plan_name(p), b,
+                     bf->bytes, g->tensors[bf->tensor].name, g->tensors[bf->tensor].bytes);
+    if (bf->space == SPACE_DEVICE && end > p->arena_bytes)
+      return err_set(e, "%s: buffers[%d].offset: buffer ends at byte %" PRId64 ", past the arena (%" PRId64 " bytes)",
+                     plan_name(p), b, end, p->arena_bytes);
+    if (bf->space == SPACE_HOST && end > host_end) host_end = end;
+  }
+  if (host_end > p->host_bytes)
+    return err_set(e, "%s: host_bytes: %" PRId64 " but host buffers reach byte %" PRId64, plan_name(p), p->host_bytes, host_end);
+  if (p->arena_bytes > p->budget_bytes)
+    return err_set(e, "%s: arena_bytes: %" PRId64 " is over the budget of %" PRId64 " bytes", plan_name(p), p->arena_bytes,
+                   p->budget_bytes);
+  return 0;
+}
+
+int sim_check(const Plan *p, const Graph *g, Err *e) {
+  if (check_buffers(p, g, e)) return -1;
+  int n = p->nbuffers;
+  Check c = {.p = p, .g = g, .e = e};
+  int **arrays[] = {&c.state, &c.offload_of, &c.offload_waited, &c.pending, &c.prefetch_of};
+  bool ok = true;
+  for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++)
+    ok = (*arrays[k] = util_xcalloc((size_t)n, sizeof(int))) != NULL && ok;
+  int rc = -1;
+  if (!ok) {
+    err_set(e, "%s: out of memory", plan_name(p));
+    goto out;
+  }
+  for (int b = 0; b < n; b++) {
+    c.offload_of[b] = c.pending[b] = c.prefetch_of[b] = -1;
+    const Buffer *bf = &p->buffers[b];
+    if (bf->tensor >= 0 && bf->space == SPACE_DEVICE && graph_is_resident(&g->tensors[bf->tensor])) c.state[b] = B_WRITTEN;
+  }
+  int next_op = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    int r = p->steps[s].kind == STEP_COMPUTE ? check_compute(&c, s, &next_op) : check_copy(&c, s);
+    if (r) goto out;
+  }
+  if (next_op < g->nops) {
+    err_set(e, "%s: steps: op \"%s\" never runs", plan_name(p), g->ops[next_op].name);
+    goto out;
+  }
+  for (int b = 0; b < n; b++)
+    if (c.pending[b] >= 0) {
+      err_set(e, "%s: steps[%d]: offload of \"%s\" is never waited for", plan_name(p), c.pending[b], tname(&c, b));
+      goto out;
+    }
+  int *first = c.offload_of, *last = c.prefetch_of; /* reuse the scratch */
+  if (sim_occupancy(p, g, first, last)) {
+    err_set(e, "%s: steps: unknown buffer", plan_name(p));
+    goto out;
+  }
+  rc = check_overlaps(p, g, first, last, e);
+out:
+  for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++) free(*arrays[k]);
+  return rc;
+}
+
+void sim_result_free(SimResult *r) {
+  free(r->live_bytes);
+  r->live_bytes = NULL;
+}
+
+/* End time of the last step, before step s, that used bytes overlapping
+ * buffer `to`: a prefetch may not overwrite them earlier. */
+static double bytes_free_at(const Plan *p, const int *first, const int *last, const double *done, int to, int s) {
+  const Buffer *t = &p->buffers[to];
+  double at = 0;
+  for (int b = 0; b < p->nbuffers; b++) {
+    const Buffer *o = &p->buffers[b];
+    if (b == to || o->space != SPACE_DEVICE || first[b] < 0 || last[b] >= s) continue;
+    if (o->offset < t->offset + t->bytes && t->offset < o->offset + o->bytes && done[last[b]] > at) at = done[last[b]];
+  }
+  return at;
+}
+
+int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e) {
+  memset(r, 0, sizeof *r);
+  if (sim_check(p, g, e)) return -1;
+  int n = p->nbuffers, ns = p->nsteps;
+  int *first = util_xcalloc((size_t)n, sizeof(int)), *last = util_xcalloc((size_t)n, sizeof(int));
+  int64_t *delta = util_xcalloc((size_t)ns + 1, sizeof(int64_t)), *host_delta = util_xcalloc((size_t)ns + 1, sizeof(int64_t));
+  double *done = util_xcalloc((size_t)ns, sizeof(double)), *copy_end = util_xcalloc((size_t)n, sizeof(double));
+  r->live_bytes = with_trace ? util_xcalloc((size_t)ns, sizeof(int64_t)) : NULL;
+  int rc = -1;
+  if (!first || !last || !delta || !host_delta || !done || !copy_end || (with_trace && !r->live_bytes)) {
+    err_set(e, "%s: out of memory", plan_name(p));
+    goto out;
+  }
+  sim_occupancy(p, g, first, last);
+  for (int b = 0; b < n; b++) {
+    if (first[b] < 0) continue;
+    int64_t *dl = p->buffers[b].space == SPACE_DEVICE ? delta : host_delta;
+    dl[first[b]] += p->buffers[b].bytes;
+    dl[last[b] + 1] -= p->buffers[b].bytes;
+  }
+  int64_t live = 0, host = 0;
+  r->peak_step = 0;
+  for (int s = 0; s < ns; s++) {
+    live += delta[s];
+    host += host_delta[s];
+    if (with_trace) r->live_bytes[s] = live;
+    if (live > r->peak_live_bytes) r->peak_live_bytes = live, r->peak_step = s;
+    if (host > r->peak_host_bytes) r->peak_host_bytes = host;
+  }
+  r->nsteps = ns;
+  double compute = 0, d2h = 0, h2d = 0;
+  for (int s = 0; s < ns; s++) {
+    const Step *st = &p->steps[s];
+    switch (st->kind) {
+    case STEP_COMPUTE: {
+      double t = cost_op_seconds(g, d, st->op);
+      compute += t;
+      if (st->recompute) r->recompute_seconds += t;
+      else r->compute_seconds += t;
+      done[s] = compute;
+      break;
+    }
+    case STEP_OFFLOAD: {
+      double start = d2h > compute ? d2h : compute;
+      d2h = start + cost_d2h_seconds(d, p->buffers[st->from].bytes);
+      copy_end[st->to] = d2h;
+      copy_end[st->from] = d2h;
+      done[s] = d2h;
+      break;
+    }
+    case STEP_PREFETCH: {
+      double start = h2d;
+      if (copy_end[st->from] > start) start = copy_end[st->from];
+      double bytes_ready = bytes_free_at(p, first, last, done, st->to, s);
+      if (bytes_ready > start) start = bytes_ready;
+      h2d = start + cost_h2d_seconds(d, p->buffers[st->to].bytes);
+      copy_end[st->to] = h2d;
+      done[s] = h2d;
+      break;
+    }
+    case STEP_OFFLOAD_WAIT:
+    case STEP_PREFETCH_WAIT: {
+      double ready = copy_end[st->kind == STEP_OFFLOAD_WAIT ? st->from : st->to];
+      if (ready > compute) {
+        r->stall_seconds += ready - compute;
+        compute = ready;
+      }
+      done[s] = compute;
+      break;
+    }
+    }
+  }
+  r->step_seconds = compute;
+  if (d2h > r->step_seconds) r->step_seconds = d2h;
+  if (h2d > r->step_seconds) r->step_seconds = h2d;
+  rc = 0;
+out:
+  free(first);
+  free(last);
+  free(delta);
+  free(host_delta);
+  free(done);
+  free(copy_end);
+  if (rc) sim_result_free(r);
+  return rc;
+}
