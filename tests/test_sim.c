@@ -1,0 +1,223 @@
+/*
+ * test_sim.c - the schedule family, the layout and the simulator on a graph
+ * small enough to check by hand: exact live bytes per step for each
+ * decision, and one hand-broken plan per rule of the plan semantics, each
+ * rejected with its message.
+ */
+#include "ration.h"
+#include "test.h"
+
+#include <stdlib.h>
+
+/* x, w, gw: 16 B each, resident. a1 32 B, a2 64 B stashed; loss an output. */
+static const char *tiny_graph =
+    "{\"format\": \"ration-graph/1\", \"name\": \"tiny\", \"outputs\": [\"loss\"],"
+    " \"tensors\": ["
+    "  {\"name\": \"x\", \"shape\": [4], \"dtype\": \"f32\", \"kind\": \"input\"},"
+    "  {\"name\": \"w\", \"shape\": [4], \"dtype\": \"f32\", \"kind\": \"param\"},"
+    "  {\"name\": \"gw\", \"shape\": [4], \"dtype\": \"f32\", \"kind\": \"grad\"},"
+    "  {\"name\": \"a1\", \"shape\": [8], \"dtype\": \"f32\"},"
+    "  {\"name\": \"a2\", \"shape\": [16], \"dtype\": \"f32\"},"
+    "  {\"name\": \"loss\", \"shape\": [1], \"dtype\": \"f32\"},"
+    "  {\"name\": \"da2\", \"shape\": [16], \"dtype\": \"f32\"},"
+    "  {\"name\": \"da1\", \"shape\": [8], \"dtype\": \"f32\"}],"
+    " \"ops\": ["
+    "  {\"name\": \"f1\", \"type\": \"t\", \"phase\": \"forward\", \"inputs\": [\"x\", \"w\"], \"outputs\": [\"a1\"], \"flops\": 1e6, \"bytes\": 0},"
+    "  {\"name\": \"f2\", \"type\": \"t\", \"phase\": \"forward\", \"inputs\": [\"a1\"], \"outputs\": [\"a2\"], \"flops\": 1e6, \"bytes\": 0},"
+    "  {\"name\": \"f3\", \"type\": \"t\", \"phase\": \"forward\", \"inputs\": [\"a2\"], \"outputs\": [\"loss\"], \"flops\": 1e6, \"bytes\": 0},"
+    "  {\"name\": \"b3\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [\"a2\"], \"outputs\": [\"da2\"], \"flops\": 1e6, \"bytes\": 0},"
+    "  {\"name\": \"b2\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [\"da2\", \"a1\"], \"outputs\": [\"da1\"], \"flops\": 1e6, \"bytes\": 0},"
+    "  {\"name\": \"b1\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [\"da1\", \"x\"], \"outputs\": [\"gw\"], \"flops\": 1e6, \"bytes\": 0},"
+    "  {\"name\": \"opt\", \"type\": \"t\", \"phase\": \"optimizer\", \"inputs\": [\"w\", \"gw\"], \"outputs\": [\"w\"], \"flops\": 1e6, \"bytes\": 0}]}";
+
+/* 1 TFLOP/s: every op takes 1 us (plus 1 us launch); copies at 1 GB/s. */
+static const char *tiny_device =
+    "{\"format\": \"ration-device/1\", \"name\": \"tiny-dev\", \"memory\": \"1MiB\", \"reserve\": 0,"
+    " \"peak_tflops\": {\"f32\": 1}, \"hbm_gbps\": 1000, \"h2d_gbps\": 1, \"d2h_gbps\": 1, \"launch_us\": 1,"
+    " \"host_memory\": \"1GiB\"}";
+
+static Graph *g;
+static Device *d;
+
+static Plan *make(Decision a1, Decision a2) {
+  Decision dec[8];
+  for (int t = 0; t < 8; t++) dec[t] = DEC_NONE;
+  dec[graph_find_tensor(g, "a1")] = a1;
+  dec[graph_find_tensor(g, "a2")] = a2;
+  Err e;
+  Plan *p = plan_from_decisions(g, d, dec, &e);
+  if (!p) printf("  plan_from_decisions: %s\n", e.msg);
+  else p->budget_bytes = 1 << 20;
+  return p;
+}
+
+static bool trace_is(Plan *p, const int64_t *want, int n) {
+  SimResult r;
+  Err e;
+  if (sim_run(p, g, d, true, &r, &e)) {
+    printf("  sim_run: %s\n", e.msg);
+    return false;
+  }
+  bool same = r.nsteps == n;
+  for (int s = 0; same && s < n; s++) same = r.live_bytes[s] == want[s];
+  if (!same)
+    for (int s = 0; s < r.nsteps; s++) printf("  step %d: %lld bytes\n", s, (long long)r.live_bytes[s]);
+  sim_result_free(&r);
+  return same;
+}
+
+static bool rejected(Plan *p, const char *want) {
+  Err e;
+  SimResult r;
+  int rc = sim_run(p, g, d, false, &r, &e);
+  if (rc == 0) {
+    sim_result_free(&r);
+    printf("  accepted a broken plan (want \"%s\")\n", want);
+    return false;
+  }
+  if (!strstr(e.msg, want)) printf("  got \"%s\", want \"%s\"\n", e.msg, want);
+  return strstr(e.msg, want) != NULL;
+}
+
+static int find_step(Plan *p, StepKind kind) {
+  for (int s = 0; s < p->nsteps; s++)
+    if (p->steps[s].kind == kind) return s;
+  return -1;
+}
+
+int main(void) {
+  Err e;
+  g = graph_parse("tiny.json", tiny_graph, strlen(tiny_graph), &e);
+  d = device_parse("tiny-dev.json", tiny_device, strlen(tiny_device), &e);
+  if (!g || !d) {
+    printf("FAIL setup: %s\nRESULT 0 1\n", e.msg);
+    return 1;
+  }
+  T_CASE("stashed set is exactly {a1, a2}") {
+    T_CHECK(g->nstashed == 2);
+    T_CHECK(g->tensors[g->stashed[0]].name[1] == '1' && g->tensors[g->stashed[1]].name[1] == '2');
+  }
+  T_CASE("keep-all: live bytes per step by hand") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    static const int64_t want[] = {80, 144, 148, 212, 180, 84, 52};
+    T_CHECK(p && trace_is(p, want, 7));
+    T_CHECK(p && p->predicted.peak_live_bytes == 212);
+    T_CHECK(p && p->arena_bytes >= 212);
+    plan_free(p);
+  }
+  T_CASE("recompute a2: freed after f3, f2 re-run before b3") {
+    Plan *p = make(DEC_KEEP, DEC_RECOMPUTE);
+    static const int64_t want[] = {80, 144, 148, 148, 212, 180, 84, 52};
+    T_CHECK(p && trace_is(p, want, 8));
+    T_CHECK(p && p->steps[3].kind == STEP_COMPUTE && p->steps[3].recompute && p->steps[3].op == 1);
+    plan_free(p);
+  }
+  T_CASE("recompute a1 and a2: f1 re-run feeds the f2 re-run, a1' dies after b2") {
+    Plan *p = make(DEC_RECOMPUTE, DEC_RECOMPUTE);
+    /* f1 f2 f3 | f1' f2' b3 b2 b1 opt */
+    static const int64_t want[] = {80, 144, 116, 84, 148, 212, 180, 84, 52};
+    T_CHECK(p && trace_is(p, want, 9));
+    T_CHECK(p && p->predicted.recompute_seconds > 0);
+    plan_free(p);
+  }
+  T_CASE("offload a1: offload after f1, wait, prefetch, prefetch_wait before b2") {
+    Plan *p = make(DEC_OFFLOAD, DEC_KEEP);
+    T_CHECK(p != NULL);
+    if (p) {
+      int off = find_step(p, STEP_OFFLOAD), ow = find_step(p, STEP_OFFLOAD_WAIT);
+      int pf = find_step(p, STEP_PREFETCH), pw = find_step(p, STEP_PREFETCH_WAIT);
+      T_CHECK(off == 1 && ow > off && pf > ow && pw > pf);
+      T_CHECK(p->host_bytes == 32);
+      /* 32 ns copies hide behind 2 us ops: the prefetch is issued one op early. */
+      T_CHECK(p->predicted.stall_seconds == 0);
+      T_CHECK(p->steps[pf + 1].kind == STEP_COMPUTE && p->steps[pf + 1].op == graph_find_op(g, "b3"));
+    }
+    plan_free(p);
+  }
+  T_CASE("rule: a missing op") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    free(p->steps[2].inputs);
+    free(p->steps[2].outputs);
+    memmove(&p->steps[2], &p->steps[3], sizeof(Step) * (size_t)(p->nsteps - 3));
+    p->nsteps--;
+    T_CHECK(rejected(p, "runs \"b3\" before \"f3\": ops missing or out of graph order"));
+    plan_free(p);
+  }
+  T_CASE("rule: an op run twice") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    p->steps[2].op = 1;
+    T_CHECK(rejected(p, "runs \"f2\" a second time"));
+    plan_free(p);
+  }
+  T_CASE("rule: ops out of order") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    Step tmp = p->steps[4];
+    p->steps[4] = p->steps[5];
+    p->steps[5] = tmp;
+    T_CHECK(rejected(p, "runs \"b1\" before \"b2\""));
+    plan_free(p);
+  }
+  T_CASE("rule: a read of a buffer nothing wrote") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    int a2 = graph_find_tensor(g, "a2");
+    p->steps[2].inputs[0] = plan_add_buffer(p, a2, -1, 64, SPACE_DEVICE);
+    T_CHECK(rejected(p, "before anything wrote it"));
+    plan_free(p);
+  }
+  T_CASE("rule: a read of a buffer after its offload_wait") {
+    Plan *p = make(DEC_OFFLOAD, DEC_KEEP);
+    int pw = find_step(p, STEP_PREFETCH_WAIT), off = find_step(p, STEP_OFFLOAD);
+    /* b2 reads the original residency instead of the prefetched one. */
+    p->steps[pw + 1].inputs[1] = p->steps[off].from;
+    T_CHECK(rejected(p, "after its offload_wait"));
+    plan_free(p);
+  }
+  T_CASE("rule: a read before the prefetch_wait") {
+    Plan *p = make(DEC_OFFLOAD, DEC_KEEP);
+    int pw = find_step(p, STEP_PREFETCH_WAIT);
+    memmove(&p->steps[pw], &p->steps[pw + 1], sizeof(Step) * (size_t)(p->nsteps - pw - 1));
+    p->nsteps--;
+    T_CHECK(rejected(p, "before its prefetch_wait"));
+    plan_free(p);
+  }
+  T_CASE("rule: a prefetch before its offload completed") {
+    Plan *p = make(DEC_OFFLOAD, DEC_KEEP);
+    int ow = find_step(p, STEP_OFFLOAD_WAIT), pf = find_step(p, STEP_PREFETCH);
+    Step tmp = p->steps[pf];
+    memmove(&p->steps[ow + 1], &p->steps[ow], sizeof(Step) * (size_t)(pf - ow));
+    p->steps[ow] = tmp;
+    T_CHECK(rejected(p, "before its offload completed"));
+    plan_free(p);
+  }
+  T_CASE("rule: two occupied buffers overlapping in bytes") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    int a1 = p->steps[0].outputs[0], a2 = p->steps[1].outputs[0];
+    p->buffers[a2].offset = p->buffers[a1].offset + 8;
+    if (p->buffers[a2].offset + 64 > p->arena_bytes) p->arena_bytes = p->buffers[a2].offset + 64;
+    T_CHECK(rejected(p, "overlap in device bytes while both are occupied"));
+    plan_free(p);
+  }
+  T_CASE("rule: arena over the budget") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    p->budget_bytes = p->arena_bytes - 1;
+    T_CHECK(rejected(p, "is over the budget"));
+    plan_free(p);
+  }
+  T_CASE("rule: an offset past the arena") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    p->buffers[0].offset = p->arena_bytes;
+    T_CHECK(rejected(p, "past the arena"));
+    plan_free(p);
+  }
+  T_CASE("rule: an offload never waited for") {
+    Plan *p = make(DEC_OFFLOAD, DEC_KEEP);
+    int ow = find_step(p, STEP_OFFLOAD_WAIT);
+    p->steps[ow].kind = STEP_PREFETCH_WAIT;
+    p->steps[ow].to = p->steps[ow].from;
+    T_CHECK(rejected(p, "prefetch_wait for buffer"));
+    plan_free(p);
+  }
+  graph_free(g);
+  device_free(d);
+  T_DONE();
+}
