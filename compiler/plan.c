@@ -86,6 +86,8 @@ Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, 
     return NULL;
   }
   snprintf(p->device, sizeof p->device, "%s", d->name);
+  /* No budget yet: plan_make checks the arena against it afterwards. */
+  p->budget_bytes = INT64_MAX;
   for (int i = 0; i < g->nstashed; i++) {
     int t = g->stashed[i];
     if (dec[t] != DEC_KEEP && dec[t] != DEC_RECOMPUTE && dec[t] != DEC_OFFLOAD) {

@@ -86,6 +86,7 @@ static int find_step(Plan *p, StepKind kind) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
   Err e;
   g = graph_parse("tiny.json", tiny_graph, strlen(tiny_graph), &e);
   d = device_parse("tiny-dev.json", tiny_device, strlen(tiny_device), &e);
