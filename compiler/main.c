@@ -17,6 +17,7 @@ static void usage(void) {
           "usage: ration COMMAND ...\n"
           "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
           "                    [--solver glpk|cbc] [--costs FILE] [-d] -o OUT\n"
+          "  ration info GRAPH [--device D]\n"
           "  ration version\n"
           "strategies:");
   for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(stderr, " %s", s->name);
@@ -147,6 +148,35 @@ static int cmd_plan(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_info(int argc, char **argv) {
+  const char *graph_path = NULL, *device_name = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--device")) {
+      if (i + 1 >= argc) die_usage("%s needs a value", argv[i]);
+      device_name = argv[++i];
+    } else if (argv[i][0] == '-') {
+      die_usage("info: unknown option %s", argv[i]);
+    } else if (!graph_path) {
+      graph_path = argv[i];
+    } else {
+      die_usage("info: unexpected argument %s", argv[i]);
+    }
+  }
+  if (!graph_path) die_usage("%s", "info needs GRAPH");
+  Err e;
+  Graph *g = graph_load(graph_path, &e);
+  if (!g) die(&e);
+  Device *d = device_name ? load_device(device_name, &e) : NULL;
+  if (device_name && !d) die(&e);
+  Buf out = {0};
+  if (info_report(g, d, &out, &e)) die(&e);
+  fwrite(out.data, 1, out.len, stdout);
+  buf_free(&out);
+  device_free(d);
+  graph_free(g);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage();
@@ -154,6 +184,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "version")) {
     printf("ration %s\n", RATION_VERSION);
     return 0;

@@ -319,6 +319,15 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
 int plan_offload_wait_op(const Graph *g, const Device *d, int tensor);
 int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op);
 
+/* ---------------------------------------------------------------- info */
+
+/* A lower bound on the peak of any plan: every resident byte plus the
+ * largest working set of one op (its activation inputs and outputs and its
+ * workspace), and the op where that is. */
+int info_lower_bound(const Graph *g, int64_t *resident, int64_t *working_set, int *at_op);
+/* The `ration info` report; d may be NULL (then no compute time). */
+int info_report(const Graph *g, const Device *d, Buf *out, Err *e);
+
 /* --------------------------------------------------------------- emit */
 
 /* NAME.plan.json text. */

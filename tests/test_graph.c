@@ -36,7 +36,9 @@ static const char *load_as(const char *kind, const char *file, Err *e) {
         if (g->ops[i].time_us != before[i]) msg = "profile half-applied";
     }
   } else if (strcmp(kind, "plan") == 0) {
-    msg = "";
+    Plan *p = plan_load(file, g, e);
+    if (p) plan_free(p);
+    else msg = e->msg;
   } else {
     msg = "unknown kind in CASES";
   }
