@@ -217,8 +217,48 @@ static void device(void) {
   }
 }
 
+/* Every cut of a valid file is reported as truncated (never loaded, never
+ * a crash), and random byte damage gives either a graph or one line that
+ * names the file. */
+static void damage(void) {
+  size_t len;
+  Err e = {{0}};
+  char *text = util_read_file("tests/data/mlp.json", &len, &e);
+  T_CASE("mlp.json readable") T_CHECK(text != NULL);
+  if (!text) return;
+  int bad = 0;
+  for (size_t cut = 1; cut < len - 1; cut++) {
+    Graph *g = graph_parse("cut.json", text, cut, &e);
+    if (g || strncmp(e.msg, "cut.json: truncated JSON: unexpected end of file at line ", 57) != 0) {
+      if (bad++ < 3) printf("  cut at %zu: %s\n", cut, g ? "loaded" : e.msg);
+    }
+    graph_free(g);
+  }
+  T_CASE("every prefix is reported as truncated") T_CHECK(bad == 0);
+  char *copy = malloc(len + 1);
+  unsigned seed = 12345;
+  int loaded = 0, one_line = 0, runs = 2000;
+  for (int r = 0; r < runs; r++) {
+    memcpy(copy, text, len + 1);
+    for (int k = 0; k < 1 + r % 4; k++) {
+      seed = seed * 1103515245u + 12345u;
+      size_t at = (seed >> 8) % len;
+      seed = seed * 1103515245u + 12345u;
+      copy[at] = " \"{}[],:0123456789-.eEabcxyzfnt\\"[(seed >> 8) % 33];
+    }
+    Graph *g = graph_parse("dmg.json", copy, len, &e);
+    if (g) loaded++;
+    else if (strncmp(e.msg, "dmg.json: ", 10) == 0 && !strchr(e.msg, '\n')) one_line++;
+    graph_free(g);
+  }
+  T_CASE("damaged files: a graph or a one-line error") T_CHECKF(loaded + one_line == runs, "%d %d", loaded, one_line);
+  free(copy);
+  free(text);
+}
+
 int main(void) {
   run_cases();
+  damage();
   limits();
   derived();
   device();
