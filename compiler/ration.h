@@ -318,6 +318,14 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
  * strategy that models it (indices are graph op indices). */
 int plan_offload_wait_op(const Graph *g, const Device *d, int tensor);
 int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op);
+/* A forward-produced activation that is not a graph output: its residency
+ * follows its decision (stashed) or ends after the forward (intermediate). */
+bool plan_regenerable(const Graph *g, int tensor);
+/* The family's dynamic positions for one decision vector: rerun_at[op] is
+ * the op whose prelude re-runs that forward op (-1: never), need_op[tensor]
+ * the op whose prelude first needs an offloaded tensor back (-1: never).
+ * -1 when a stashed tensor has no decision. */
+int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, int *need_op);
 
 /* ---------------------------------------------------------------- info */
 

@@ -2,24 +2,28 @@
  * schedule.c - the schedule family: turns one decision per stashed tensor
  * (keep, recompute, offload) into the plan's steps and buffers. Every
  * strategy goes through here, so a plan is a function of its decisions and
- * any strategy that models memory models this one builder.
+ * any strategy that models memory models this one builder (docs/PLANNING.md
+ * writes the family down; plan_ilp.c models it exactly).
  *
- * For graph op i the builder emits, in order:
- *   1. prefetches whose issue point is op i,
- *   2. for each input not on the device: a prefetch_wait (offloaded) or the
- *      recursive re-run of its producer (recomputed, or a forward
- *      intermediate a recompute needs), each forward op re-run at most once
- *      per residency: a regenerated tensor stays until its last reader,
- *   3. the op itself (with its workspace buffer),
- *   4. offloads of its outputs decided "offload",
- *   5. offload_waits whose point is op i.
- * Static points (plan_offload_wait_op, plan_prefetch_issue_op) depend only on
- * the graph, the device and the op that first needs the tensor, so that an
- * ILP can know them in advance.
+ * First the dynamic positions are derived (plan_family_positions): walking
+ * the non-forward ops in order, the forward ops that must be re-run in each
+ * op's prelude (its inputs that are not on the device, closed over the
+ * re-runs' own inputs) and the op whose prelude first needs each offloaded
+ * tensor back. A forward op is re-run at most once: its recomputed outputs
+ * and the forward intermediates it regenerates stay on the device until the
+ * last step that reads them. Then for graph op i the builder emits, in order:
+ *   1. prefetches whose static issue point is op i (plan_prefetch_issue_op),
+ *   2. prefetch_waits of the offloaded tensors first needed at op i,
+ *   3. the re-runs of op i's prelude, in graph order,
+ *   4. the op itself (with its workspace buffer),
+ *   5. offloads of its outputs decided "offload",
+ *   6. offload_waits whose static point is op i (plan_offload_wait_op).
+ * A re-run writes every output of its op; outputs that are kept, offloaded
+ * or graph outputs get a transient copy (occupied at that step only), so
+ * only recomputed tensors and intermediates change residency.
  */
 #include "ration.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,67 +52,68 @@ int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need
   return k;
 }
 
+bool plan_regenerable(const Graph *g, int t) {
+  const Tensor *x = &g->tensors[t];
+  return x->kind == KIND_ACTIVATION && !x->is_output && x->producer >= 0 &&
+         g->ops[x->producer].phase == PHASE_FORWARD;
+}
+
+/* On the device in the backward prelude of an op, before its re-runs. */
+static bool available(const Graph *g, const Decision *dec, const int *rerun_at, const int *need_op, int t) {
+  if (!plan_regenerable(g, t)) return true;
+  Decision d = g->tensors[t].stashed ? dec[t] : DEC_RECOMPUTE; /* intermediates are dead after forward */
+  if (d == DEC_KEEP) return true;
+  if (d == DEC_OFFLOAD) return need_op[t] >= 0;
+  return rerun_at[g->tensors[t].producer] >= 0;
+}
+
+static void demand(const Graph *g, const Decision *dec, int *rerun_at, int *need_op, int t, int at) {
+  if (available(g, dec, rerun_at, need_op, t)) return;
+  if (g->tensors[t].stashed && dec[t] == DEC_OFFLOAD) need_op[t] = at;
+  else rerun_at[g->tensors[t].producer] = at;
+}
+
+int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, int *need_op) {
+  for (int i = 0; i < g->nops; i++) rerun_at[i] = -1;
+  for (int t = 0; t < g->ntensors; t++) need_op[t] = -1;
+  for (int i = 0; i < g->nstashed; i++) {
+    Decision d = dec[g->stashed[i]];
+    if (d != DEC_KEEP && d != DEC_RECOMPUTE && d != DEC_OFFLOAD) return -1;
+  }
+  for (int j = 0; j < g->nops; j++) {
+    const Op *o = &g->ops[j];
+    if (o->phase == PHASE_FORWARD) continue;
+    for (int k = 0; k < o->ninputs; k++) demand(g, dec, rerun_at, need_op, o->inputs[k], j);
+    /* Producers precede consumers, so one downward sweep closes the set. */
+    for (int q = j - 1; q >= 0; q--) {
+      if (rerun_at[q] != j) continue;
+      const Op *r = &g->ops[q];
+      for (int k = 0; k < r->ninputs; k++) demand(g, dec, rerun_at, need_op, r->inputs[k], j);
+    }
+  }
+  return 0;
+}
+
 typedef struct Builder {
   Plan *p;
   const Graph *g;
   const Device *d;
-  bool final_pass;
   int *cur;         /* tensor -> device buffer holding it, -1 if none */
-  int *dead_after;  /* tensor -> op after which its first residency is dead */
-  bool *renewed;    /* tensor -> cur is a recomputed or prefetched residency */
-  int *host_buf;    /* tensor -> host buffer of its offload, -1 */
-  int *prefetch_buf;/* tensor -> device buffer its prefetch fills, -1 */
-  int *need_op;     /* tensor -> op whose prelude first needed it back, -1 */
+  int *rerun_at;    /* op -> op whose prelude re-runs it, -1 */
+  int *need_op;     /* tensor -> op whose prelude waits for its prefetch, -1 */
   int *issue_op;    /* tensor -> op whose prelude issues its prefetch, -1 */
   int *wait_op;     /* tensor -> op after which its offload_wait sits, -1 */
+  int *host_buf;    /* tensor -> host buffer of its offload, -1 */
+  int *prefetch_buf;/* tensor -> device buffer its prefetch fills, -1 */
   int *offload_src; /* tensor -> device buffer its offload reads, -1 */
   Err *e;
 } Builder;
 
 static int oom(Builder *b) { return err_set(b->e, "%s: out of memory while scheduling", b->g->path); }
 
-static bool on_device(const Builder *b, int t, int op) {
-  const Tensor *x = &b->g->tensors[t];
-  if (graph_is_resident(x)) return true;
-  if (b->cur[t] < 0) return false;
-  return b->renewed[t] || op <= b->dead_after[t];
-}
-
-static int emit_compute(Builder *b, int op, bool recompute, int at_op);
-
-/* Brings tensor t back to the device before op at_op reads it. */
-static int ensure(Builder *b, int t, int at_op) {
-  if (on_device(b, t, at_op)) return 0;
-  const Graph *g = b->g;
-  if (b->p->decisions[t] == DEC_OFFLOAD && b->host_buf[t] >= 0) {
-    if (b->need_op[t] < 0) b->need_op[t] = at_op;
-    if (!b->final_pass) {
-      /* First pass: only learn where it is needed; the buffer is a stand-in. */
-      int id = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
-      if (id < 0) return oom(b);
-      b->cur[t] = id;
-      b->renewed[t] = true;
-      return 0;
-    }
-    Step *s = plan_add_step(b->p, STEP_PREFETCH_WAIT);
-    if (!s) return oom(b);
-    s->to = b->prefetch_buf[t];
-    b->cur[t] = b->prefetch_buf[t];
-    b->renewed[t] = true;
-    return 0;
-  }
-  int producer = g->tensors[t].producer;
-  if (producer < 0 || g->ops[producer].phase != PHASE_FORWARD)
-    return err_set(b->e, "%s: tensors[%d]: \"%s\" is needed at op \"%s\" but cannot be brought back", g->path, t,
-                   g->tensors[t].name, g->ops[at_op].name);
-  return emit_compute(b, producer, true, at_op);
-}
-
-static int emit_compute(Builder *b, int op, bool recompute, int at_op) {
+static int emit_compute(Builder *b, int op, bool recompute) {
   const Graph *g = b->g;
   const Op *o = &g->ops[op];
-  for (int k = 0; k < o->ninputs; k++)
-    if (ensure(b, o->inputs[k], at_op)) return -1;
   int *in = util_xcalloc((size_t)o->ninputs, sizeof(int)), *out = util_xcalloc((size_t)o->noutputs, sizeof(int));
   if (!in || !out) {
     free(in);
@@ -122,19 +127,16 @@ static int emit_compute(Builder *b, int op, bool recompute, int at_op) {
       out[k] = b->cur[t];
       continue;
     }
-    /* A re-run writes every output; one already on the device keeps its
-     * residency and the new copy is transient. */
-    bool had = recompute && on_device(b, t, at_op);
     out[k] = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
     if (out[k] < 0) {
       free(in);
       free(out);
       return oom(b);
     }
-    if (!had) {
-      b->cur[t] = out[k];
-      b->renewed[t] = recompute;
-    }
+    /* A re-run regenerates only what was dead: recomputed tensors and
+     * intermediates; anything else gets a transient copy. */
+    bool renew = !recompute || (plan_regenerable(g, t) && (!g->tensors[t].stashed || b->p->decisions[t] == DEC_RECOMPUTE));
+    if (renew) b->cur[t] = out[k];
   }
   int ws = -1;
   if (o->workspace > 0 && (ws = plan_add_buffer(b->p, -1, op, o->workspace, SPACE_DEVICE)) < 0) {
@@ -158,22 +160,31 @@ static int emit_compute(Builder *b, int op, bool recompute, int at_op) {
 
 static int emit_op(Builder *b, int i) {
   const Graph *g = b->g;
-  if (b->final_pass)
-    for (int k = 0; k < g->nstashed; k++) {
-      int t = g->stashed[k];
-      if (b->issue_op[t] != i) continue;
-      int id = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
-      Step *s = id < 0 ? NULL : plan_add_step(b->p, STEP_PREFETCH);
-      if (!s) return oom(b);
-      s->from = b->host_buf[t];
-      s->to = id;
-      b->prefetch_buf[t] = id;
-    }
-  if (emit_compute(b, i, false, i)) return -1;
+  for (int k = 0; k < g->nstashed; k++) {
+    int t = g->stashed[k];
+    if (b->issue_op[t] != i) continue;
+    int id = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
+    Step *s = id < 0 ? NULL : plan_add_step(b->p, STEP_PREFETCH);
+    if (!s) return oom(b);
+    s->from = b->host_buf[t];
+    s->to = id;
+    b->prefetch_buf[t] = id;
+  }
+  for (int k = 0; k < g->nstashed; k++) {
+    int t = g->stashed[k];
+    if (b->need_op[t] != i) continue;
+    Step *s = plan_add_step(b->p, STEP_PREFETCH_WAIT);
+    if (!s) return oom(b);
+    s->to = b->prefetch_buf[t];
+    b->cur[t] = b->prefetch_buf[t];
+  }
+  for (int q = 0; q < i; q++)
+    if (b->rerun_at[q] == i && emit_compute(b, q, true)) return -1;
+  if (emit_compute(b, i, false)) return -1;
   const Op *o = &g->ops[i];
   for (int k = 0; k < o->noutputs; k++) {
     int t = o->outputs[k];
-    if (b->p->decisions[t] != DEC_OFFLOAD) continue;
+    if (b->wait_op[t] < 0) continue;
     int host = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_HOST);
     Step *s = host < 0 ? NULL : plan_add_step(b->p, STEP_OFFLOAD);
     if (!s) return oom(b);
@@ -192,78 +203,41 @@ static int emit_op(Builder *b, int i) {
   return 0;
 }
 
-static void reset_plan(Plan *p) {
-  for (int i = 0; i < p->nsteps; i++) {
-    free(p->steps[i].inputs);
-    free(p->steps[i].outputs);
-  }
-  p->nsteps = 0;
-  p->nbuffers = 0;
-}
-
-/* One pass over the graph; resident tensors get their buffers first. */
-static int build_pass(Builder *b) {
-  const Graph *g = b->g;
-  int n = g->ntensors;
-  reset_plan(b->p);
-  for (int t = 0; t < n; t++) {
-    b->cur[t] = b->host_buf[t] = b->prefetch_buf[t] = b->offload_src[t] = -1;
-    b->renewed[t] = false;
-  }
-  for (int t = 0; t < n; t++) {
-    if (!graph_is_resident(&g->tensors[t])) continue;
-    b->cur[t] = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
-    if (b->cur[t] < 0) return oom(b);
-  }
-  for (int i = 0; i < g->nops; i++)
-    if (emit_op(b, i)) return -1;
-  return 0;
-}
-
 int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
   int n = g->ntensors;
   Builder b = {.p = p, .g = g, .d = d, .e = e};
-  int **ints[] = {&b.cur, &b.dead_after, &b.host_buf, &b.prefetch_buf, &b.need_op, &b.issue_op, &b.wait_op,
-                  &b.offload_src};
+  int **ints[] = {&b.cur, &b.need_op, &b.issue_op, &b.wait_op, &b.host_buf, &b.prefetch_buf, &b.offload_src};
   int rc = -1;
-  bool ok = (b.renewed = util_xcalloc((size_t)n, sizeof(bool))) != NULL;
+  bool ok = (b.rerun_at = util_xcalloc((size_t)g->nops + 1, sizeof(int))) != NULL;
   for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
-    ok = (*ints[k] = util_xcalloc((size_t)n, sizeof(int))) != NULL && ok;
+    ok = (*ints[k] = util_xcalloc((size_t)n + 1, sizeof(int))) != NULL && ok;
   if (!ok) {
     oom(&b);
     goto out;
   }
+  if (plan_family_positions(g, p->decisions, b.rerun_at, b.need_op)) {
+    err_set(e, "%s: a stashed tensor has no decision", g->path);
+    goto out;
+  }
   for (int t = 0; t < n; t++) {
-    const Tensor *x = &g->tensors[t];
-    b.need_op[t] = b.issue_op[t] = b.wait_op[t] = -1;
-    b.dead_after[t] = INT_MAX;
-    if (x->is_output || graph_is_resident(x)) continue;
-    switch (p->decisions[t]) {
-    case DEC_KEEP: break;
-    case DEC_RECOMPUTE: b.dead_after[t] = x->last_fwd_read > x->producer ? x->last_fwd_read : x->producer; break;
-    case DEC_OFFLOAD: b.dead_after[t] = b.wait_op[t] = plan_offload_wait_op(g, d, t); break;
-    default:
-      /* Forward intermediates nobody stashes die after their last reader,
-       * so a recompute that needs one re-runs its producer too. */
-      if (x->producer >= 0 && g->ops[x->producer].phase == PHASE_FORWARD && x->last_read >= 0)
-        b.dead_after[t] = x->last_read;
-      break;
+    b.cur[t] = b.host_buf[t] = b.prefetch_buf[t] = b.offload_src[t] = -1;
+    b.issue_op[t] = b.need_op[t] >= 0 ? plan_prefetch_issue_op(g, d, t, b.need_op[t]) : -1;
+    bool offloaded = g->tensors[t].stashed && plan_regenerable(g, t) && p->decisions[t] == DEC_OFFLOAD;
+    b.wait_op[t] = offloaded ? plan_offload_wait_op(g, d, t) : -1;
+  }
+  for (int t = 0; t < n; t++) {
+    if (!graph_is_resident(&g->tensors[t])) continue;
+    b.cur[t] = plan_add_buffer(p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
+    if (b.cur[t] < 0) {
+      oom(&b);
+      goto out;
     }
   }
-  if (build_pass(&b)) goto out;
-  bool any_prefetch = false;
-  for (int t = 0; t < n; t++)
-    if (b.need_op[t] >= 0) {
-      b.issue_op[t] = plan_prefetch_issue_op(g, d, t, b.need_op[t]);
-      any_prefetch = true;
-    }
-  if (any_prefetch) {
-    b.final_pass = true;
-    if (build_pass(&b)) goto out;
-  }
+  for (int i = 0; i < g->nops; i++)
+    if (emit_op(&b, i)) goto out;
   rc = 0;
 out:
-  free(b.renewed);
+  free(b.rerun_at);
   for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) free(*ints[k]);
   return rc;
 }
