@@ -18,6 +18,8 @@ static void usage(void) {
           "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
           "                    [--solver glpk|cbc] [--costs FILE] [-d] -o OUT\n"
           "  ration info GRAPH [--device D]\n"
+          "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N\n"
+          "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"
           "  ration version\n"
           "strategies:");
   for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(stderr, " %s", s->name);
@@ -177,6 +179,73 @@ static int cmd_info(int argc, char **argv) {
   return 0;
 }
 
+static int parse_int_opt(const char *opt, const char *arg) {
+  char *end;
+  long v = strtol(arg, &end, 10);
+  if (end == arg || *end || v < 1 || v > INT32_MAX) die_usage("%s needs a positive integer", opt);
+  return (int)v;
+}
+
+static int cmd_model(int argc, char **argv) {
+  if (argc < 1 || argv[0][0] == '-') die_usage("%s", "model needs FAMILY (gpt2, llama, unet)");
+  Err e;
+  ModelConfig c;
+  if (model_defaults(argv[0], &c, &e)) die(&e);
+  const char *out = NULL;
+  static const char *const int_opts[] = {"--layers", "--dim", "--heads", "--kv-heads",
+                                         "--ffn",    "--vocab", "--seq", "--batch"};
+  int *int_vals[] = {&c.layers, &c.dim, &c.heads, &c.kv_heads, &c.ffn, &c.vocab, &c.seq, &c.batch};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--tied")) {
+      c.tied = true;
+      continue;
+    }
+    if (a[0] != '-') die_usage("model: unexpected argument %s", a);
+    if (i + 1 >= argc) die_usage("%s needs a value", a);
+    const char *v = argv[++i];
+    int k = 0;
+    while (k < 8 && strcmp(a, int_opts[k])) k++;
+    if (k < 8) {
+      *int_vals[k] = parse_int_opt(a, v);
+    } else if (!strcmp(a, "--dtype")) {
+      if (strcmp(v, "f32") && strcmp(v, "bf16")) die_usage("--dtype: \"%s\" is not f32 or bf16", v);
+      c.dtype = strcmp(v, "f32") ? DT_BF16 : DT_F32;
+    } else if (!strcmp(a, "--lr") || !strcmp(a, "--theta")) {
+      char *end;
+      double x = strtod(v, &end);
+      if (end == v || *end || !(x > 0)) die_usage("%s needs a positive number", a);
+      *(!strcmp(a, "--lr") ? &c.lr : &c.theta) = x;
+    } else if (!strcmp(a, "--name")) {
+      c.name = v;
+    } else if (!strcmp(a, "-o")) {
+      out = v;
+    } else {
+      die_usage("model: unknown option %s", a);
+    }
+  }
+  if (!out) die_usage("%s", "model needs -o FILE");
+  /* The graph is named after its file unless --name says otherwise. */
+  char base[256];
+  if (!c.name) {
+    const char *slash = strrchr(out, '/');
+    snprintf(base, sizeof base, "%s", slash ? slash + 1 : out);
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".json")) base[n - 5] = 0;
+    c.name = base;
+  }
+  Buf json = {0};
+  ModelStats st;
+  if (model_build(&c, &json, &e) || model_stats(&c, &st, &e) || util_write_file_atomic(out, json.data, json.len, &e))
+    die(&e);
+  char b1[32];
+  printf("%s: %s: %" PRId64 " params, %d tensors, %d ops, %d stashed tensors (%s, %" PRId64 " bytes)\n", out, c.name,
+         st.params, st.ntensors, st.nops, st.nstashed, util_fmt_bytes(st.stashed_bytes, b1, sizeof b1),
+         st.stashed_bytes);
+  buf_free(&json);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage();
@@ -185,6 +254,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+  if (!strcmp(cmd, "model")) return cmd_model(argc - 2, argv + 2);
   if (!strcmp(cmd, "version")) {
     printf("ration %s\n", RATION_VERSION);
     return 0;
