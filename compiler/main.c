@@ -17,6 +17,7 @@ static void usage(void) {
           "usage: ration COMMAND ...\n"
           "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
           "                    [--solver glpk|cbc] [--costs FILE] [-d] -o OUT\n"
+          "  ration simulate GRAPH PLAN [--device D] [--trace]\n"
           "  ration info GRAPH [--device D]\n"
           "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N\n"
           "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"
@@ -246,6 +247,58 @@ static int cmd_model(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_simulate(int argc, char **argv) {
+  const char *graph_path = NULL, *plan_path = NULL, *device_name = NULL;
+  bool trace = false;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--device")) {
+      if (i + 1 >= argc) die_usage("%s needs a value", argv[i]);
+      device_name = argv[++i];
+    } else if (!strcmp(argv[i], "--trace")) {
+      trace = true;
+    } else if (argv[i][0] == '-') {
+      die_usage("simulate: unknown option %s", argv[i]);
+    } else if (!graph_path) {
+      graph_path = argv[i];
+    } else if (!plan_path) {
+      plan_path = argv[i];
+    } else {
+      die_usage("simulate: unexpected argument %s", argv[i]);
+    }
+  }
+  if (!graph_path || !plan_path) die_usage("%s", "simulate needs GRAPH and PLAN");
+  Err e;
+  Graph *g = graph_load(graph_path, &e);
+  if (!g) die(&e);
+  Plan *p = plan_load(plan_path, g, &e);
+  if (!p) die(&e);
+  Device *d = load_device(device_name ? device_name : p->device, &e);
+  if (!d) die(&e);
+  SimResult r;
+  if (sim_run(p, g, d, trace, &r, &e)) die(&e);
+  if (trace) {
+    static const char *kinds[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
+    printf("step\tdo\twhat\tlive_bytes\n");
+    for (int s = 0; s < p->nsteps; s++) {
+      const Step *st = &p->steps[s];
+      int b = st->kind == STEP_PREFETCH_WAIT ? st->to : st->from;
+      const char *what = st->kind == STEP_COMPUTE ? g->ops[st->op].name : g->tensors[p->buffers[b].tensor].name;
+      printf("%d\t%s%s\t%s\t%" PRId64 "\n", s, kinds[st->kind], st->recompute ? "(re)" : "", what, r.live_bytes[s]);
+    }
+  }
+  printf("valid: %d steps, %d buffers\n", p->nsteps, p->nbuffers);
+  printf("peak_live_bytes %" PRId64 " at step %d\n", r.peak_live_bytes, r.peak_step);
+  printf("arena_bytes %" PRId64 " (%.4f x peak), budget_bytes %" PRId64 "\n", p->arena_bytes,
+         r.peak_live_bytes ? (double)p->arena_bytes / (double)r.peak_live_bytes : 0.0, p->budget_bytes);
+  printf("step_seconds %.9g (compute %.9g, recompute %.9g, stall %.9g)\n", r.step_seconds, r.compute_seconds,
+         r.recompute_seconds, r.stall_seconds);
+  sim_result_free(&r);
+  device_free(d);
+  plan_free(p);
+  graph_free(g);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage();
@@ -254,6 +307,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+  if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
   if (!strcmp(cmd, "model")) return cmd_model(argc - 2, argv + 2);
   if (!strcmp(cmd, "version")) {
     printf("ration %s\n", RATION_VERSION);
