@@ -163,9 +163,10 @@ static void touch(rt_Session *s, int b, int step, bool write) {
   if (step > s->last[b]) s->last[b] = step;
 }
 
-/* Occupancy as the plan semantics define it: from a buffer's first write to
- * its last use; inputs, params, grads and optimizer state for the whole
- * step; graph outputs to its end. */
+/* Occupancy as the plan semantics define it (and sim_occupancy computes):
+ * from a buffer's first write to its last use; inputs, params, grads and
+ * optimizer state for the whole step; a graph output's first residency to
+ * the step's end. */
 static int derive_occupancy(rt_Session *s) {
   const rt_Schedule *c = s->sc;
   int nb = c->nbuffers, ns = c->nsteps;
@@ -176,6 +177,11 @@ static int derive_occupancy(rt_Session *s) {
       const rt_SchedOp *o = &c->ops[st->op];
       for (int k = 0; k < o->nin + o->nout; k++) touch(s, c->step_io[st->io0 + k], i, k >= o->nin);
       if (st->workspace >= 0) touch(s, st->workspace, i, true);
+      /* A graph output's first residency is read by the trainer after the step. */
+      for (int k = 0; k < o->nout && !st->recompute; k++) {
+        int b = c->step_io[st->io0 + o->nin + k];
+        if (c->tensors[c->buffers[b].tensor].is_output) s->persist[b] = 1;
+      }
     } else if (st->kind == RT_STEP_OFFLOAD || st->kind == RT_STEP_PREFETCH) {
       touch(s, st->from, i, false);
       touch(s, st->to, i, true);
@@ -193,11 +199,9 @@ static int derive_occupancy(rt_Session *s) {
       s->first[b] = 0;
       s->last[b] = ns - 1;
       if (s->home[bf->tensor] < 0) s->home[bf->tensor] = b;
-    } else if (t->is_output && s->first[b] >= 0) {
+    } else if (s->persist[b]) {
       s->last[b] = ns - 1;
-      s->persist[b] = 1;
-      int h = s->home[bf->tensor];
-      if (h < 0 || s->first[b] > s->first[h]) s->home[bf->tensor] = b;
+      s->home[bf->tensor] = b;
     }
   }
   for (int b = 0; b < nb; b++)
