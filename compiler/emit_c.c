@@ -444,13 +444,21 @@ int emit_c_compare(const char *old_text, const char *new_text, Buf *why) {
     if (lo != ln || memcmp(ro[i], rn[i], lo)) break;
   }
   if (i < no || i < nn) {
-    buf_printf(why, "%sstep %d: was '", nsaid++ ? "; " : "", i);
-    if (i < no) put_row_desc(why, ro[i]);
-    else buf_printf(why, "(no step)");
-    buf_printf(why, "', now '");
-    if (i < nn) put_row_desc(why, rn[i]);
-    else buf_printf(why, "(no step)");
-    buf_printf(why, "'");
+    Buf was = {0}, now = {0};
+    if (i < no) put_row_desc(&was, ro[i]);
+    if (i < nn) put_row_desc(&now, rn[i]);
+    bool same = was.data && now.data && !strcmp(was.data, now.data);
+    /* Same description: the difference is in the table row itself. */
+    if (same) {
+      buf_free(&was);
+      buf_free(&now);
+      buf_printf(&was, "%.*s", (int)strcspn(ro[i], "\n"), ro[i]);
+      buf_printf(&now, "%.*s", (int)strcspn(rn[i], "\n"), rn[i]);
+    }
+    buf_printf(why, "%sstep %d: was '%s', now '%s'", nsaid++ ? "; " : "", i, was.data ? was.data : "(no step)",
+               now.data ? now.data : "(no step)");
+    buf_free(&was);
+    buf_free(&now);
   }
   free(ro);
   free(rn);
@@ -466,4 +474,58 @@ int emit_c_compare(const char *old_text, const char *new_text, Buf *why) {
     buf_printf(why, "line %d differs", line);
   }
   return 1;
+}
+
+/* ------------------------------------------------------- files at OUT */
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Source (which = 0) or header text for OUT. */
+static int emit_one(const Plan *p, const Graph *g, const char *out, int which, Buf *b, Err *e) {
+  int rc = which == 0 ? emit_c_source(p, g, base_name(out), b, e) : emit_c_header(p, g, base_name(out), b, e);
+  if (rc == 0 && b->failed) rc = err_set(e, "%s: out of memory", out);
+  return rc;
+}
+
+int emit_c_write(const Plan *p, const Graph *g, const char *out, Err *e) {
+  static const char *const ext[] = {".sched.c", ".sched.h"};
+  for (int which = 0; which < 2; which++) {
+    char path[4096];
+    Buf b = {0};
+    snprintf(path, sizeof path, "%s%s", out, ext[which]);
+    int rc = emit_one(p, g, out, which, &b, e);
+    if (rc == 0) rc = util_write_file_atomic(path, b.data, b.len, e);
+    buf_free(&b);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e) {
+  static const char *const ext[] = {".sched.c", ".sched.h"};
+  int stale = 0;
+  for (int which = 0; which < 2; which++) {
+    char path[4096];
+    Buf b = {0}, diff = {0};
+    snprintf(path, sizeof path, "%s%s", out, ext[which]);
+    if (emit_one(p, g, out, which, &b, e)) {
+      buf_free(&b);
+      return -1;
+    }
+    Err re;
+    size_t len;
+    char *old = util_read_file(path, &len, &re);
+    if (!old) {
+      buf_printf(why, "%s%s: missing or unreadable", stale++ ? "\n" : "", path);
+    } else if (strlen(old) != len || emit_c_compare(old, b.data, &diff)) {
+      buf_printf(why, "%s%s: stale: %s", stale++ ? "\n" : "", path, diff.data ? diff.data : "binary contents");
+    }
+    free(old);
+    buf_free(&diff);
+    buf_free(&b);
+  }
+  return stale ? 1 : 0;
 }

@@ -16,7 +16,9 @@ static void usage(void) {
   fprintf(stderr,
           "usage: ration COMMAND ...\n"
           "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
-          "                    [--solver glpk|cbc] [--costs FILE] [-d] -o OUT\n"
+          "                    [--solver glpk|cbc] [--costs FILE] [-d] [--check] -o OUT\n"
+          "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
+          "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"
           "  ration simulate GRAPH PLAN [--device D] [--trace]\n"
           "  ration info GRAPH [--device D]\n"
           "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N\n"
@@ -95,7 +97,7 @@ static void dump_plan(const Plan *p, const Graph *g) {
 static int cmd_plan(int argc, char **argv) {
   const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL;
   PlanOptions o = {.strategy = "keep-all", .solver = "glpk", .quiet = !isatty(2)};
-  bool dump = false;
+  bool dump = false, check = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     const char **val = !strcmp(a, "--device") ? &device_name : !strcmp(a, "--budget") ? &budget
@@ -111,6 +113,8 @@ static int cmd_plan(int argc, char **argv) {
       if (*end || !(o.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i]);
     } else if (!strcmp(a, "-d")) {
       dump = true;
+    } else if (!strcmp(a, "--check")) {
+      check = true;
     } else if (a[0] == '-') {
       die_usage("plan: unknown option %s", a);
     } else if (!graph_path) {
@@ -131,6 +135,15 @@ static int cmd_plan(int argc, char **argv) {
   Plan *p = plan_make(g, d, &o, &e);
   if (!p) die(&e);
   if (dump) dump_plan(p, g);
+  if (check) {
+    Buf why = {0};
+    int st = emit_c_check(p, g, out, &why, &e);
+    if (st < 0) die(&e);
+    if (st) fprintf(stderr, "%s\n", why.data);
+    else printf("%s.sched.c, %s.sched.h: up to date\n", out, out);
+    buf_free(&why);
+    exit(st);
+  }
   Buf json = {0};
   char path[4096];
   snprintf(path, sizeof path, "%s.plan.json", out);
@@ -138,6 +151,7 @@ static int cmd_plan(int argc, char **argv) {
     if (json.failed) err_set(&e, "%s: out of memory", path);
     die(&e);
   }
+  if (emit_c_write(p, g, out, &e)) die(&e);
   char b1[32], b2[32], b3[32];
   printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),

@@ -398,5 +398,11 @@ void emit_c_ident(const char *name, char *out, size_t n);
 /* 0 when OLD equals NEW, else 1 with WHY naming what changed (provenance
  * fields, then the first differing step). */
 int emit_c_compare(const char *old_text, const char *new_text, Buf *why);
+/* Writes OUT.sched.c and OUT.sched.h (the schedule is named after OUT's
+ * base name). */
+int emit_c_write(const Plan *p, const Graph *g, const char *out, Err *e);
+/* Regenerates both in memory: 0 when the files at OUT are identical, 1 with
+ * WHY naming each stale or missing file and what changed, -1 on error. */
+int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e);
 
 #endif

@@ -1,0 +1,43 @@
+# t_step_torch.sh - one whole training step of gpt2-tiny and llama-tiny,
+# emitted as a C schedule and run on libration's CPU backend (debug mode),
+# against PyTorch (Debian's python3-torch, installed by the Makefile): same
+# initial weights and batch, compare the loss, every gradient, the AdamW
+# moments and every updated weight within f32 tolerance (tests/torch_step.py).
+. tests/lib.sh
+BUILD=${BUILD:-build/rel}
+PY=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+san=""; case "$BUILD" in *san*) san="-fsanitize=address,undefined";; esac
+if ! $PY -c 'import torch, numpy' 2>"$tmp/err"; then
+  fail "torch importable by $PY" "$(tail -1 "$tmp/err") (the Makefile's DEB_PKGS installs python3-torch)"
+  t_done; exit 0
+fi
+for name in gpt2-tiny llama-tiny; do
+  m=models/$name.json
+  id=$(echo "$name" | tr -c 'A-Za-z0-9\n' '_')
+  mkdir -p "$tmp/$name"
+  if ! $RATION plan $m --device budgets/cpu.json -o "$tmp/$name" >"$tmp/log" 2>&1 ||
+     ! cc $san -O1 -std=c11 -Iruntime -I"$tmp" -DSCHED_HEADER="\"$name.sched.h\"" -DSCHED_ENTRY=ration_schedule_$id \
+        -o "$tmp/dump-$name" tests/step_dump.c "$tmp/$name.sched.c" "$BUILD/libration.a" -lm -lpthread >>"$tmp/log" 2>&1 ||
+     ! "$tmp/dump-$name" "$tmp/$name" >>"$tmp/log" 2>&1; then
+    fail "$name: plan, build and run one step" "$(tail -5 "$tmp/log")"; continue
+  fi
+  $PY tests/torch_step.py $m "$tmp/$name" >"$tmp/out" 2>&1; st=$?
+  n=0; bad=0
+  while IFS= read -r line; do
+    case "$line" in
+      PASS\ whole*|FAIL\ whole*) ;;
+      PASS\ *) n=$((n+1));;
+      FAIL\ *) n=$((n+1)); bad=$((bad+1)); echo "  $line";;
+    esac
+  done <"$tmp/out"
+  summary=$(grep "whole step" "$tmp/out")
+  worst=$(grep -v whole "$tmp/out" | sed -n 's/.*max err \([^ ]*\) of max|torch| \([^ ,]*\).*/\1 \2/p' |
+          awk '{ r = ($2 > 0) ? $1 / $2 : 0; if (r > w) w = r } END { printf "%.2g", w }')
+  if [ $st -eq 0 ] && [ $bad -eq 0 ] && [ $n -gt 20 ] && echo "$summary" | grep -q "^PASS"; then
+    ok "$name: one step vs PyTorch f64: loss, every grad, adam moments and updated weight ($n checks, worst err/max $worst)"
+  else
+    fail "$name: one step vs PyTorch f64" "exit $st, $n checks, $bad failed: $(tail -3 "$tmp/out")"
+  fi
+done
+t_done
