@@ -6,16 +6,26 @@ CPPFLAGS += -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime
 LDLIBS  := -lglpk -lcjson -lnettle -lm -lpthread
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
+# SAN=1: everything (library, CLI, tests) with ASan+UBSan in build/san; the
+# CLI goes to build/san/bin/ration and the test target hands it to the shell
+# tests as $RATION, so bin/ration stays the release build.
 ifeq ($(SAN),1)
 CFLAGS  := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 BUILD   := build/san
+BIN     := $(BUILD)/bin/ration
 else
 BUILD   := build/rel
+BIN     := bin/ration
+endif
+# The plan reader is landing; targets that use it are built once it exists.
+ifneq ($(wildcard compiler/plan_read.c),)
+CPPFLAGS += -DRATION_PLAN_READ
 endif
 
 # Debian packages the build and tests need; installed when missing.
-DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config python3-torch python3-numpy
+DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config python3-torch python3-numpy \
+            clang libclang-rt-dev valgrind
 DEPS_STAMP := build/.deps-ok
 
 COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
@@ -25,11 +35,10 @@ RUNTIME_OBJ  := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC     := $(wildcard tests/test_*.c)
 TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-BIN := bin/ration
 LIBCOMPILER := $(BUILD)/libration-compiler.a
 LIBRATION := $(BUILD)/libration.a
 
-.PHONY: all deps run test clean
+.PHONY: all deps run test clean fuzz
 all: $(BIN) $(LIBRATION)
 
 deps: $(DEPS_STAMP)
@@ -51,7 +60,7 @@ $(LIBRATION): $(RUNTIME_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
 $(BIN): $(BUILD)/compiler/main.o $(LIBCOMPILER) $(LIBRATION)
-	@mkdir -p bin
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIBCOMPILER) $(LIBRATION)
@@ -79,7 +88,27 @@ $(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
 	@rm -f $@; ar rcs $@ $^
 
 test: $(BIN) $(TEST_BIN)
-	@BUILD=$(BUILD) NVCC="$(NVCC)" sh tests/run.sh
+	@BUILD=$(BUILD) RATION=$(BIN) NVCC="$(NVCC)" sh tests/run.sh
+
+# Fuzzing (tests/fuzz/): libFuzzer targets built with clang, ASan and UBSan
+# in build/fuzz; each runs FUZZ_SECONDS, seeded from tests/fuzz/SEEDS.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build/fuzz
+FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_OBJ     := $(COMPILER_SRC:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_TARGETS := graph device pipeline $(if $(wildcard compiler/plan_read.c),plan)
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+$(FUZZ_BUILD)/%.o: %.c compiler/ration.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(filter-out -Werror,$(WARN)) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/driver.c tests/fuzz/targets.h $(FUZZ_OBJ)
+	$(FUZZ_CC) $(CPPFLAGS) $(filter-out -Werror,$(WARN)) $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_ONE=fuzz_$*_one \
+	  -o $@ $< $(FUZZ_OBJ) $(LDLIBS)
+# Keep the objects between runs (make would delete them as intermediates).
+.SECONDARY: $(FUZZ_OBJ)
+fuzz: $(FUZZ_BINS)
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(FUZZ_TARGETS)
 
 run: $(BIN) $(LIBRATION)
 	@sh examples/run.sh
