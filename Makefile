@@ -65,7 +65,7 @@ $(BIN): $(BUILD)/compiler/main.o $(LIBCOMPILER) $(LIBRATION)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIBCOMPILER) $(LIBRATION)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCOMPILER) $(LIBRATION) $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Itests $(WARN) $(CFLAGS) $(LDFLAGS) -MMD -MP -o $@ $< $(LIBCOMPILER) $(LIBRATION) $(LDLIBS)
 
 # CUDA kernels: built only when nvcc exists; nothing else needs them.
 CUDA_HOME ?= /usr/local/cuda
