@@ -76,6 +76,7 @@ LIBCUDA := $(BUILD)/libration_cuda.a
 ifneq ($(NVCC),)
 all: $(LIBCUDA)
 test: $(LIBCUDA)
+run: $(LIBCUDA)
 endif
 $(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/kernels_cuda.h runtime/kernels.h
 	@mkdir -p $(dir $@)
@@ -111,7 +112,7 @@ fuzz: $(FUZZ_BINS)
 	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(FUZZ_TARGETS)
 
 run: $(BIN) $(LIBRATION)
-	@sh examples/run.sh
+	@BUILD=$(BUILD) sh examples/run.sh
 
 clean:
 	rm -rf build bin
