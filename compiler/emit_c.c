@@ -490,18 +490,22 @@ static int emit_one(const Plan *p, const Graph *g, const char *out, int which, B
   return rc;
 }
 
-int emit_c_write(const Plan *p, const Graph *g, const char *out, Err *e) {
+int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, Err *e) {
   static const char *const ext[] = {".sched.c", ".sched.h"};
-  for (int which = 0; which < 2; which++) {
-    char path[4096];
-    Buf b = {0};
-    snprintf(path, sizeof path, "%s%s", out, ext[which]);
-    int rc = emit_one(p, g, out, which, &b, e);
-    if (rc == 0) rc = util_write_file_atomic(path, b.data, b.len, e);
-    buf_free(&b);
-    if (rc) return -1;
+  char path[2][4096];
+  Buf b[2] = {{0}, {0}};
+  OutFile files[3];
+  int n = 0, rc = 0;
+  for (int which = 0; which < 2 && rc == 0; which++) {
+    snprintf(path[which], sizeof path[which], "%s%s", out, ext[which]);
+    rc = emit_one(p, g, out, which, &b[which], e);
+    files[n++] = (OutFile){path[which], b[which].data, b[which].len};
   }
-  return 0;
+  if (also) files[n++] = *also;
+  if (rc == 0) rc = util_write_files_atomic(files, n, e);
+  buf_free(&b[0]);
+  buf_free(&b[1]);
+  return rc;
 }
 
 int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e) {

@@ -147,11 +147,12 @@ static int cmd_plan(int argc, char **argv) {
   Buf json = {0};
   char path[4096];
   snprintf(path, sizeof path, "%s.plan.json", out);
-  if (emit_plan_json(p, g, &json) || util_write_file_atomic(path, json.data, json.len, &e)) {
-    if (json.failed) err_set(&e, "%s: out of memory", path);
+  if (emit_plan_json(p, g, &json)) {
+    err_set(&e, "%s: out of memory", path);
     die(&e);
   }
-  if (emit_c_write(p, g, out, &e)) die(&e);
+  OutFile plan_file = {path, json.data, json.len};
+  if (emit_c_write(p, g, out, &plan_file, &e)) die(&e);
   char b1[32], b2[32], b3[32];
   printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),

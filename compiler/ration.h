@@ -36,8 +36,16 @@ const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
 
 /* Whole file into a NUL-terminated malloc'd buffer. */
 char *util_read_file(const char *path, size_t *len, Err *e);
-/* Write to PATH.tmp then rename: never a half-written PATH. */
+/* Write to a temporary then rename: never a half-written PATH. */
 int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e);
+/* Several outputs as one set: every file is written and synced before any
+ * is renamed into place, so a failure leaves the previous set untouched. */
+typedef struct OutFile {
+  const char *path;
+  const char *data;
+  size_t len;
+} OutFile;
+int util_write_files_atomic(const OutFile *files, int n, Err *e);
 void util_sha256_hex(const void *data, size_t len, char out[65]);
 
 void *util_xcalloc(size_t n, size_t size); /* NULL on failure, never aborts */
@@ -399,8 +407,8 @@ void emit_c_ident(const char *name, char *out, size_t n);
  * fields, then the first differing step). */
 int emit_c_compare(const char *old_text, const char *new_text, Buf *why);
 /* Writes OUT.sched.c and OUT.sched.h (the schedule is named after OUT's
- * base name). */
-int emit_c_write(const Plan *p, const Graph *g, const char *out, Err *e);
+ * base name), and ALSO when not NULL, all three as one set. */
+int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, Err *e);
 /* Regenerates both in memory: 0 when the files at OUT are identical, 1 with
  * WHY naming each stale or missing file and what changed, -1 on error. */
 int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e);

@@ -3,9 +3,11 @@
  * arithmetic, size strings, whole-file reads, atomic writes, SHA-256 and a
  * growable output buffer.
  */
+#define _GNU_SOURCE /* O_TMPFILE */
 #include "ration.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <nettle/sha2.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int err_set(Err *e, const char *fmt, ...) {
@@ -113,29 +116,120 @@ char *util_read_file(const char *path, size_t *len, Err *e) {
   return data;
 }
 
-int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e) {
+/* A test hook, read once per write: RATION_TEST_FAIL_WRITE=K fails the K-th
+ * file of a set (1-based) as a full disk would; RATION_TEST_WRITE_PAUSE_MS=M
+ * sleeps after each file's bytes are down, so a test can kill the run there. */
+static long test_env(const char *name) {
+  const char *v = getenv(name);
+  return v ? strtol(v, NULL, 10) : 0;
+}
+
+typedef struct TmpFile {
+  int fd;
+  char *named; /* the temporary's name when O_TMPFILE was not available */
+} TmpFile;
+
+/* An unnamed file in PATH's directory (O_TMPFILE), so that a run killed
+ * while writing leaves nothing behind; else PATH.tmp.PID. */
+static int open_tmp(const char *path, TmpFile *t, Err *e) {
   size_t plen = strlen(path);
-  char *tmp = malloc(plen + 32);
-  if (!tmp) return err_set(e, "%s: out of memory", path);
-  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    err_set(e, "%s: cannot write: %s", path, strerror(errno));
-    free(tmp);
+  char *dir = malloc(plen + 32);
+  if (!dir) return err_set(e, "%s: out of memory", path);
+  const char *slash = strrchr(path, '/');
+  if (slash) {
+    memcpy(dir, path, (size_t)(slash - path) + 1);
+    dir[slash - path + 1] = 0;
+  } else {
+    strcpy(dir, ".");
+  }
+  t->named = NULL;
+  t->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (t->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    snprintf(dir, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    t->fd = open(dir, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+    if (t->fd >= 0) {
+      t->named = dir;
+      return 0;
+    }
+  }
+  free(dir);
+  if (t->fd < 0) return err_set(e, "%s: cannot write: %s", path, strerror(errno));
+  return 0;
+}
+
+static int write_all(int fd, const char *data, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, data, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    data += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Gives an unnamed temporary the name PATH.tmp.PID, ready to rename. */
+static int name_tmp(const char *path, TmpFile *t) {
+  if (t->named) return 0;
+  size_t plen = strlen(path);
+  char proc[64], *name = malloc(plen + 32);
+  if (!name) return -1;
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", t->fd);
+  snprintf(name, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+  unlink(name);
+  if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) != 0) {
+    free(name);
     return -1;
   }
-  bool ok = fwrite(data, 1, len, f) == len;
-  ok = (fflush(f) == 0) && ok;
-  ok = (fsync(fileno(f)) == 0) && ok;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    err_set(e, "%s: cannot write: %s", path, strerror(errno));
-    unlink(tmp);
-    free(tmp);
-    return -1;
+  t->named = name;
+  return 0;
+}
+
+int util_write_files_atomic(const OutFile *files, int n, Err *e) {
+  TmpFile *tmp = util_xcalloc((size_t)n, sizeof *tmp);
+  if (!tmp) return err_set(e, "%s: out of memory", n ? files[0].path : "output");
+  long fail_at = test_env("RATION_TEST_FAIL_WRITE"), pause_ms = test_env("RATION_TEST_WRITE_PAUSE_MS");
+  int opened = 0, rc = 0;
+  /* Every file's bytes are down and synced before any of them is renamed
+   * into place, so a failure leaves the previous set as it was. */
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (open_tmp(files[i].path, &tmp[i], e)) {
+      rc = -1;
+      break;
+    }
+    opened++;
+    if (fail_at == i + 1) errno = ENOSPC;
+    if (fail_at == i + 1 || write_all(tmp[i].fd, files[i].data, files[i].len) || fsync(tmp[i].fd))
+      rc = err_set(e, "%s: cannot write: %s", files[i].path, strerror(errno));
+    if (rc == 0 && pause_ms > 0) {
+      struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  for (int i = 0; i < n && rc == 0; i++)
+    if (name_tmp(files[i].path, &tmp[i])) rc = err_set(e, "%s: cannot write: %s", files[i].path, strerror(errno));
+  /* Renames are each atomic; the set is as close as POSIX allows (a kill
+   * between two renames leaves the earlier ones new, nothing partial). */
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (rename(tmp[i].named, files[i].path) != 0) {
+      rc = err_set(e, "%s: cannot write: %s", files[i].path, strerror(errno));
+      break;
+    }
+    free(tmp[i].named);
+    tmp[i].named = NULL;
+  }
+  for (int i = 0; i < opened; i++) {
+    if (tmp[i].named) unlink(tmp[i].named);
+    free(tmp[i].named);
+    close(tmp[i].fd);
   }
   free(tmp);
-  return 0;
+  return rc;
+}
+
+int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e) {
+  OutFile f = {path, data, len};
+  return util_write_files_atomic(&f, 1, e);
 }
 
 void util_sha256_hex(const void *data, size_t len, char out[65]) {
