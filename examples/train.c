@@ -7,7 +7,7 @@
  *
  * Build: cc -DSCHED_HEADER='"NAME.sched.h"' -DSCHED_ENTRY=ration_schedule_NAME
  *        train.c NAME.sched.c libration.a -lm -lpthread
- * Run:   train [--steps N] [--data FILE] [--profile OUT.costs.json] [--seed S]
+ * Run:   train [--steps N] [--data FILE] [--profile OUT.costs.json] [--seed S] [--sample BYTES]
  */
 #include SCHED_HEADER
 #include "kernels.h"
@@ -29,6 +29,11 @@ static uint64_t rng_next(void) { /* xorshift64*: reproducible across platforms *
 }
 static double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
 static const rt_Schedule *S;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
 
 static int find_op_of_type(const char *type) {
   for (int o = 0; o < S->nops; o++)
@@ -137,7 +142,7 @@ static void sample(rt_Session *s, const char *prompt, int n, double temperature)
 }
 
 int main(int argc, char **argv) {
-  int steps = 300;
+  int steps = 300, sample_len = 160;
   const char *data_path = "/usr/share/common-licenses/GPL-3", *profile = NULL;
   unsigned seed = 1;
   for (int i = 1; i < argc; i++) {
@@ -145,8 +150,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--data") && i + 1 < argc) data_path = argv[++i];
     else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (unsigned)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--sample") && i + 1 < argc) sample_len = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--steps N] [--data FILE] [--profile OUT] [--seed S]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--steps N] [--data FILE] [--profile OUT] [--seed S] [--sample BYTES]\n", argv[0]);
       return 2;
     }
   }
@@ -195,8 +201,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   int32_t *tok = malloc((size_t)tokens->bytes), *tgt = malloc((size_t)targets->bytes);
-  double sum_step = 0, sum_over = 0, first_loss = 0, last_loss = 0;
-  int timed = 0;
+  double sum_step = 0, sum_over = 0, first_loss = 0, tail_loss = 0;
+  double *times = calloc((size_t)steps + 1, sizeof *times);
+  int timed = 0, tail = steps < 20 ? steps : 20;
   for (int it = 1; it <= steps; it++) {
     for (int64_t b = 0; b < B; b++) {
       size_t at = (size_t)(rng_next() % (ntext - (size_t)T - 1));
@@ -214,25 +221,32 @@ int main(int argc, char **argv) {
     float l;
     rt_read(s, loss->name, &l, sizeof l);
     if (it == 1) first_loss = l;
-    last_loss = l;
+    if (it > steps - tail) tail_loss += l / tail;
     rt_stats(s, &st);
-    if (it > 3) { /* past warm-up */
+    if (it > 1 && times) { /* the first step runs on cold caches */
       sum_step += st.step_seconds;
       sum_over += st.overhead_seconds;
-      timed++;
+      times[timed++] = st.step_seconds;
     }
     if (it == 1 || it % 25 == 0 || it == steps)
       printf("step %4d  loss %.4f  (%.1f ms/step)\n", it, l, 1e3 * st.step_seconds);
   }
-  printf("loss %.4f -> %.4f (ln 256 = %.4f)\n", first_loss, last_loss, log(256.0));
-  sample(s, "The GNU General Public License ", 160, 0.8);
+  printf("loss %.4f at step 1, %.4f over the last %d steps (ln 256 = %.4f)\n", first_loss, tail_loss, tail,
+         log(256.0));
+  if (sample_len > 0) sample(s, "The GNU General Public License ", sample_len, 0.8);
   rt_stats(s, &st);
   printf("live peak %lld bytes, budget %lld bytes, arena %lld bytes, plan's predicted peak %lld bytes%s\n",
          (long long)st.live_high_water, (long long)S->budget_bytes, (long long)st.arena_bytes,
          (long long)S->peak_live_bytes, st.live_high_water <= S->budget_bytes ? "" : "  OVER BUDGET");
-  if (timed)
-    printf("step time: predicted %.3f ms, measured %.3f ms (executor overhead %.3f%%)\n",
-           1e3 * S->predicted_step_seconds, 1e3 * sum_step / timed, 100.0 * sum_over / sum_step);
+  if (timed) {
+    qsort(times, (size_t)timed, sizeof *times, cmp_double);
+    double median = timed % 2 ? times[timed / 2] : 0.5 * (times[timed / 2 - 1] + times[timed / 2]);
+    printf("step time: predicted %.3f ms, measured %.3f ms (median of %d steps; predicted/measured %.3f); "
+           "executor overhead %.3f%% of the step\n",
+           1e3 * S->predicted_step_seconds, 1e3 * median, timed, S->predicted_step_seconds / median,
+           100.0 * sum_over / sum_step);
+  }
+  free(times);
   if (profile) {
     if ((rc = rt_write_profile(s, profile)) != RT_OK) {
       fprintf(stderr, "train: %s\n", rt_error(s));
@@ -243,5 +257,5 @@ int main(int argc, char **argv) {
   free(tok);
   free(tgt);
   rt_close(s);
-  return last_loss < first_loss ? 0 : 1;
+  return tail_loss < first_loss ? 0 : 1;
 }

@@ -143,7 +143,8 @@ int rt_step(rt_Session *s);
 
 int rt_stats(const rt_Session *s, rt_Stats *st);
 /* Mean measured seconds of graph op OP (its non-recompute step) over the
- * steps run; -1 when it never ran. */
+ * steps run, the first (cold) one left out when there are more; -1 when it
+ * never ran. */
 double rt_op_seconds(const rt_Session *s, int op);
 /* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}}. */
 int rt_write_profile(rt_Session *s, const char *path);

@@ -34,7 +34,8 @@ struct rt_Session {
   int *resident;       /* per buffer: occupied for the whole step */
   int *persist;        /* per buffer: readable after the step (resident or a graph output) */
   int *op_step;        /* per op: its non-recompute step */
-  double *op_sum;      /* per op: summed kernel seconds */
+  double *op_sum;      /* per op: summed kernel seconds, from the second step on */
+  double *op_first;    /* per op: kernel seconds in the first step (cold caches) */
   unsigned char *state;
   int64_t live, hwm, nrun;
   rt_Stats stats; /* the last step's times */
@@ -336,9 +337,10 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   s->persist = calloc(nb, sizeof *s->persist);
   s->op_step = calloc(no, sizeof *s->op_step);
   s->op_sum = calloc(no, sizeof *s->op_sum);
+  s->op_first = calloc(no, sizeof *s->op_first);
   s->state = calloc(nb, sizeof *s->state);
   if (!s->fn || !s->args || !s->first || !s->last || !s->born_start || !s->die_start || !s->home || !s->grads ||
-      !s->resident || !s->persist || !s->op_step || !s->op_sum || !s->state) {
+      !s->resident || !s->persist || !s->op_step || !s->op_sum || !s->op_first || !s->state) {
     rc = fail(s, RT_ENOMEM, "out of memory");
     goto done;
   }
@@ -393,6 +395,7 @@ void rt_close(rt_Session *s) {
   free(s->persist);
   free(s->op_step);
   free(s->op_sum);
+  free(s->op_first);
   free(s->state);
   free(s);
 }
@@ -511,7 +514,7 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s) {
       double dt = now_seconds() - t0;
       if (rc != RT_OK) return rc;
       *kernel_s += dt;
-      if (!st->recompute) s->op_sum[st->op] += dt;
+      if (!st->recompute) *(s->nrun == 1 ? &s->op_first[st->op] : &s->op_sum[st->op]) += dt;
       if (s->debug) {
         for (int k = 0; k < o->nout; k++) s->state[io[o->nin + k]] = ST_VALID;
         if (st->workspace >= 0) s->state[st->workspace] = ST_VALID;
@@ -593,7 +596,7 @@ int rt_stats(const rt_Session *s, rt_Stats *st) {
 
 double rt_op_seconds(const rt_Session *s, int op) {
   if (!s || op < 0 || op >= s->sc->nops || s->nrun == 0 || s->op_step[op] < 0) return -1;
-  return s->op_sum[op] / (double)s->nrun;
+  return s->nrun == 1 ? s->op_first[op] : s->op_sum[op] / (double)(s->nrun - 1);
 }
 
 static void json_str(FILE *f, const char *x) {
