@@ -7,7 +7,7 @@
  *
  * Build: cc -DSCHED_HEADER='"NAME.sched.h"' -DSCHED_ENTRY=ration_schedule_NAME
  *        step_dump.c NAME.sched.c libration.a -lm -lpthread
- * Usage: step_dump DIR
+ * Usage: step_dump DIR [cpu|cuda|auto]   (exit 3: the backend is unavailable)
  */
 #include SCHED_HEADER
 #include "ration.h"
@@ -40,19 +40,25 @@ static int dump(rt_Session *s, FILE *man, const char *dir, int t, const char *wh
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: step_dump DIR\n");
+  if (argc < 2 || argc > 3) {
+    fprintf(stderr, "usage: step_dump DIR [cpu|cuda|auto]\n");
     return 2;
   }
   const rt_Schedule *S = SCHED_ENTRY();
-  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_DEBUG, .seed = 1};
+  rt_BackendKind kind = argc < 3 || !strcmp(argv[2], "cpu") ? RT_BACKEND_CPU
+                        : !strcmp(argv[2], "cuda")          ? RT_BACKEND_CUDA
+                                                            : RT_BACKEND_AUTO;
+  rt_Options o = {.backend = kind, .flags = RT_OPEN_DEBUG, .seed = 1};
   rt_Session *s;
   char err[512], path[1024];
   int rc = rt_open(S, &o, &s, err, sizeof err);
   if (rc != RT_OK) {
-    fprintf(stderr, "step_dump: %s\n", err);
-    return 1;
+    fprintf(stderr, "step_dump: %s: %s\n", rt_status_name(rc), err);
+    return rc == RT_EUNAVAIL ? 3 : 1;
   }
+  rt_Stats st;
+  rt_stats(s, &st);
+  printf("backend %s\n", st.backend);
   snprintf(path, sizeof path, "%s/manifest.txt", argv[1]);
   FILE *man = fopen(path, "w");
   if (!man || (rc = rt_init_params(s, 42, 0.02)) != RT_OK) {
