@@ -21,7 +21,7 @@ DEV=budgets/cpu.json
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then DEV=budgets/a100-80g.json; fi
 STRATEGIES=$($R 2>&1 | sed -n 's/^strategies: //p')
 STRATEGY=keep-all
-for s in ilp knapsack checkpoint-layers; do
+for s in ilp checkpoint-layers knapsack; do
   case " $STRATEGIES " in *" $s "*) STRATEGY=$s; break;; esac
 done
 
