@@ -89,7 +89,10 @@ typedef enum rt_BackendKind { RT_BACKEND_AUTO, RT_BACKEND_CPU, RT_BACKEND_CUDA }
 
 enum {
   RT_OPEN_DEBUG = 1u,  /* random copy delays, NaN on death, occupancy checks */
-  RT_OPEN_PROFILE = 2u /* per-op times measured exactly (the CUDA backend syncs per op) */
+  RT_OPEN_PROFILE = 2u, /* per-op times measured exactly (the CUDA backend syncs per op) */
+  RT_OPEN_WARMUP = 4u   /* run the schedule once at open on zeroed arenas, then zero them:
+                           per-shape kernel plans are chosen before the first step (the
+                           CUDA backend always does this) */
 };
 
 typedef struct rt_Options {

@@ -292,6 +292,39 @@ static int build_steps(rt_Session *s) {
   return RT_OK;
 }
 
+static int run_steps(rt_Session *s, double *kernel_s, double *wait_s);
+
+static void reset_states(rt_Session *s) {
+  for (int b = 0; b < s->sc->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
+  s->live = 0;
+}
+
+/* Runs the whole schedule once on zeroed arenas (every kernel is defined on
+ * zeros), then zeroes them again: kernels that pick an algorithm per shape
+ * on first use (cuBLASLt matmuls) pick it here, at open, not on the first
+ * training step. */
+static int warm_up(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
+  char serr[256];
+  int rc = RT_OK;
+  for (int pass = 0; pass < 2 && rc == RT_OK; pass++) {
+    rc = s->be->fill(s->ctx, RT_STREAM_COMPUTE, s->dev, 0, c->arena_bytes, s->err, sizeof s->err);
+    if (rc == RT_OK) rc = s->be->fill(s->ctx, RT_STREAM_COMPUTE, s->host, 0, c->host_bytes, s->err, sizeof s->err);
+    if (rc == RT_OK && pass == 0) {
+      double kernel_s = 0, wait_s = 0;
+      for (int i = 0; i < c->nsteps; i++) s->args[i].step = 1;
+      reset_states(s);
+      rc = run_steps(s, &kernel_s, &wait_s);
+    }
+    int src = s->be->sync(s->ctx, serr, sizeof serr);
+    if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
+  }
+  s->live = s->hwm = 0;
+  memset(s->op_sum, 0, (size_t)c->nops * sizeof *s->op_sum);
+  memset(s->op_first, 0, (size_t)c->nops * sizeof *s->op_first);
+  return rc;
+}
+
 int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, char *err, size_t errlen) {
   *out = NULL;
   rt_Session *s = calloc(1, sizeof *s);
@@ -355,6 +388,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   s->dev = dev;
   s->host = host;
   if ((rc = build_steps(s)) != RT_OK) goto done;
+  if (((o.flags & RT_OPEN_WARMUP) || s->be->warm_up) && (rc = warm_up(s)) != RT_OK) goto done;
   if (s->debug) {
     /* Nothing but resident state may be read before it is written. */
     for (int b = 0; b < c->nbuffers; b++)
@@ -562,8 +596,7 @@ int rt_step(rt_Session *s) {
   s->err[0] = '\0';
   s->nrun++;
   for (int i = 0; i < c->nsteps; i++) s->args[i].step = s->nrun;
-  for (int b = 0; b < c->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
-  s->live = 0;
+  reset_states(s);
   double kernel_s = 0, wait_s = 0;
   double t0 = now_seconds();
   int rc = run_steps(s, &kernel_s, &wait_s);

@@ -14,6 +14,7 @@
 
 typedef struct rt_Backend {
   const char *name;
+  bool warm_up; /* rt_open runs the schedule once (RT_OPEN_WARMUP) */
   /* Allocates the device arena (*dev) and host arena (*host), both zeroed,
    * the streams and NEVENTS events. DEBUG: every copy starts after a delay,
    * DELAY_US long or, when 0, random (seeded by SEED). */

@@ -240,6 +240,7 @@ static int cpu_transfer(void *ctx, void *dst, const void *src, int64_t bytes, ch
 
 const rt_Backend rt_backend_cpu = {
     .name = "cpu",
+    .warm_up = false,
     .open = cpu_open,
     .close = cpu_close,
     .find_kernel = cpu_find_kernel,

@@ -181,9 +181,11 @@ int cuda_download(void *ctx, void *dst, const void *src, int64_t bytes, char *er
   return RT_OK;
 }
 
+/* warm_up: cuBLASLt descriptors and algorithms are chosen per shape on a
+ * matmul's first call, so rt_open runs the schedule once. */
 const rt_Backend cuda_backend = {
-    "cuda",      cuda_open, cuda_close, cuda_find_kernel, cuda_kernel_ctx, cuda_launch,  cuda_copy,
-    cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
+    "cuda",    true,        cuda_open, cuda_close, cuda_find_kernel, cuda_kernel_ctx, cuda_launch,
+    cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
 };
 
 } // namespace

@@ -197,9 +197,9 @@ typedef struct Result {
   char err[600];
 } Result;
 
-static void run(const rt_Schedule *s, unsigned delay_us, Result *r) {
+static void run(const rt_Schedule *s, unsigned delay_us, unsigned flags, Result *r) {
   memset(r, 0, sizeof *r);
-  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_DEBUG, 11, delay_us};
+  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_DEBUG | flags, 11, delay_us};
   rt_Session *ss;
   if ((r->status = rt_open(s, &o, &ss, r->err, sizeof r->err)) != RT_OK) return;
   r->status = rt_init_params(ss, 5, 0.02);
@@ -288,7 +288,7 @@ static bool breaks_without_wait(const rt_Schedule *s, int kind, const Result *re
   rt_Schedule broken = *s;
   broken.steps = steps;
   Result r;
-  run(&broken, 3000, &r);
+  run(&broken, 3000, 0, &r);
   bool wrong = r.status != RT_OK || r.n != ref->n || memcmp(r.blob, ref->blob, r.n) != 0;
   free(r.blob);
   free(steps);
@@ -309,7 +309,7 @@ static void prove(const char *family) {
     void *h;
     const rt_Schedule *s = emit_and_load(p, g, name, &h, why);
     Result r = {0};
-    if (s) run(s, 0, &r);
+    if (s) run(s, 0, 0, &r);
     int copies = 0;
     for (int i = 0; i < p->nsteps; i++) copies += p->steps[i].kind == STEP_OFFLOAD;
     T_CASE(label) {
@@ -326,6 +326,12 @@ static void prove(const char *family) {
     }
     if (how == HAND_OFFLOAD && s && r.status == RT_OK) {
       char l2[160];
+      Result rw;
+      run(s, 0, RT_OPEN_WARMUP, &rw);
+      snprintf(l2, sizeof l2, "%s: a warm-up run at open changes nothing", family);
+      T_CASE(l2) T_CHECKF(rw.status == RT_OK && rw.n == r.n && !memcmp(rw.blob, r.blob, r.n) && rw.hwm == r.hwm,
+                          "%s", rw.err);
+      free(rw.blob);
       snprintf(l2, sizeof l2, "%s: dropping an offload_wait's wait is a real race, caught", family);
       T_CASE(l2) T_CHECK(breaks_without_wait(s, RT_STEP_OFFLOAD_WAIT, &ref));
       snprintf(l2, sizeof l2, "%s: dropping a prefetch_wait's wait is a real race, caught", family);
