@@ -16,6 +16,10 @@ int plan_decide_keep_all(const Graph *g, const Device *d, const PlanOptions *o, 
 
 const PlanStrategy plan_strategies[] = {
     {"keep-all", plan_decide_keep_all},
+    {"checkpoint-layers", plan_decide_checkpoint_layers},
+    {"sqrt-n", plan_decide_sqrt_n},
+    {"offload-all", plan_decide_offload_all},
+    {"knapsack", plan_decide_knapsack},
     {NULL, NULL},
 };
 

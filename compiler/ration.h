@@ -313,6 +313,16 @@ extern const PlanStrategy plan_strategies[];
 const PlanStrategy *plan_find_strategy(const char *name);
 int plan_decide_keep_all(const Graph *g, const Device *d, const PlanOptions *o,
                          Decision *dec, SolverInfo *si, Err *e);
+/* Baselines, in plan_baselines.c. */
+int plan_decide_checkpoint_layers(const Graph *g, const Device *d, const PlanOptions *o,
+                                  Decision *dec, SolverInfo *si, Err *e);
+int plan_decide_sqrt_n(const Graph *g, const Device *d, const PlanOptions *o,
+                       Decision *dec, SolverInfo *si, Err *e);
+int plan_decide_offload_all(const Graph *g, const Device *d, const PlanOptions *o,
+                            Decision *dec, SolverInfo *si, Err *e);
+int plan_decide_knapsack(const Graph *g, const Device *d, const PlanOptions *o,
+                         Decision *dec, SolverInfo *si, Err *e);
+
 
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */
