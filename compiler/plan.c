@@ -139,7 +139,8 @@ Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
   SolverInfo si = {.name = "none", .status = "not_used"};
   Plan *p = NULL;
-  if (s->decide(g, d, o, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
+  if (s->build) p = s->build(g, d, o, &si, e);
+  else if (s->decide(g, d, o, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
   free(dec);
   if (!p) return NULL;
   snprintf(p->strategy, sizeof p->strategy, "%s", s->name);

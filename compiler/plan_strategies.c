@@ -15,12 +15,13 @@ int plan_decide_keep_all(const Graph *g, const Device *d, const PlanOptions *o, 
 }
 
 const PlanStrategy plan_strategies[] = {
-    {"keep-all", plan_decide_keep_all},
-    {"checkpoint-layers", plan_decide_checkpoint_layers},
-    {"sqrt-n", plan_decide_sqrt_n},
-    {"offload-all", plan_decide_offload_all},
-    {"knapsack", plan_decide_knapsack},
-    {NULL, NULL},
+    {"keep-all", plan_decide_keep_all, NULL},
+    {"checkpoint-layers", plan_decide_checkpoint_layers, NULL},
+    {"sqrt-n", plan_decide_sqrt_n, NULL},
+    {"offload-all", plan_decide_offload_all, NULL},
+    {"knapsack", plan_decide_knapsack, NULL},
+    {"exact", NULL, plan_build_exact},
+    {NULL, NULL, NULL},
 };
 
 const PlanStrategy *plan_find_strategy(const char *name) {

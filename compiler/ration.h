@@ -304,9 +304,13 @@ typedef struct PlanOptions {
  * (an infeasible budget is an error naming the smallest budget it can meet). */
 typedef int (*PlanDecideFn)(const Graph *g, const Device *d, const PlanOptions *o,
                             Decision *dec, SolverInfo *si, Err *e);
+/* A strategy whose schedules lie outside the family builds its plan itself
+ * (laid out and simulated, budget not checked). */
+typedef Plan *(*PlanBuildFn)(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e);
 typedef struct PlanStrategy {
   const char *name;
   PlanDecideFn decide;
+  PlanBuildFn build; /* NULL for strategies of the family */
 } PlanStrategy;
 /* NULL-terminated table of every strategy, in plan_strategies.c. */
 extern const PlanStrategy plan_strategies[];
@@ -322,7 +326,11 @@ int plan_decide_offload_all(const Graph *g, const Device *d, const PlanOptions *
                             Decision *dec, SolverInfo *si, Err *e);
 int plan_decide_knapsack(const Graph *g, const Device *d, const PlanOptions *o,
                          Decision *dec, SolverInfo *si, Err *e);
-
+/* Checkmate's MILP over arbitrary recomputation, in plan_exact.c (CBC). */
+Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e);
+/* The same MILP with budget_bytes bounding peak live bytes only (no layout
+ * retry): the optimum that the family's gap is measured against. */
+Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e);
 
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */

@@ -91,8 +91,9 @@ static void gen_graph(Buf *b, unsigned seed, int nf, bool dag) {
 }
 
 typedef struct Outcome {
-  int64_t arena;
+  int64_t arena, peak;
   double step;
+  bool offloads;
 } Outcome;
 
 /* Builds and simulates all 3^n plans; false if any is rejected. */
@@ -110,7 +111,9 @@ static bool enumerate(const Graph *g, const Device *d, Outcome *out, long nplans
       ok = false;
       break;
     }
-    out[code] = (Outcome){p->arena_bytes, p->predicted.step_seconds};
+    bool offloads = false;
+    for (int s = 0; s < g->nstashed; s++) offloads |= dec[g->stashed[s]] == DEC_OFFLOAD;
+    out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->predicted.step_seconds, offloads};
     plan_free(p);
   }
   free(dec);
@@ -120,7 +123,7 @@ static bool enumerate(const Graph *g, const Device *d, Outcome *out, long nplans
 static const char *strategies[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack", "ilp"};
 #define NSTRAT (sizeof strategies / sizeof strategies[0])
 
-static int ilp_checks, ilp_missing;
+static int ilp_checks, ilp_missing, exact_solves, exact_below;
 
 /* One strategy at one budget against the exhaustive optimum (best < 0:
  * nothing in the family fits). */
@@ -166,6 +169,37 @@ static void check_strategy(const Graph *g, const Device *d, const char *name, in
   free(dec);
 }
 
+/* Checkmate's schedules include every keep/recompute plan of the family,
+ * so at a peak budget its optimum is at most the best of those, and its
+ * MILP objective is the simulated step time of the plan it returns. */
+static void check_exact(const Graph *g, const Device *d, int64_t budget, double best_remat) {
+  PlanOptions o = {.strategy = "exact", .budget_bytes = budget, .quiet = true};
+  SolverInfo si = {.name = "none"};
+  Err e = {{0}};
+  Plan *p = plan_exact_for_peak(g, d, &o, &si, &e);
+  exact_solves++;
+  if (!p) {
+    T_CHECKF(best_remat < 0, "exact on %s at %lld: %s, but a keep/recompute plan of step %.9g fits", g->name,
+             (long long)budget, e.msg, best_remat);
+    return;
+  }
+  SimResult r;
+  Err ce;
+  p->budget_bytes = p->arena_bytes;
+  T_CHECKF(sim_run(p, g, d, false, &r, &ce) == 0, "exact plan on %s rejected: %s", g->name, ce.msg);
+  T_CHECKF(r.peak_live_bytes <= budget, "exact on %s: peak %lld over %lld", g->name, (long long)r.peak_live_bytes,
+           (long long)budget);
+  T_CHECKF(fabs(r.step_seconds - si.objective) <= 1e-9 * si.objective, "exact on %s: objective %.12g, simulated %.12g",
+           g->name, si.objective, r.step_seconds);
+  T_CHECKF(!strcmp(si.status, "optimal"), "exact on %s: status %s", g->name, si.status);
+  T_CHECKF(best_remat < 0 || si.objective <= best_remat * (1 + 1e-9),
+           "exact on %s at %lld: %.9g, worse than the family's keep/recompute optimum %.9g", g->name,
+           (long long)budget, si.objective, best_remat);
+  exact_below += best_remat >= 0 && si.objective < best_remat * (1 - 1e-9);
+  sim_result_free(&r);
+  plan_free(p);
+}
+
 static void check_plans(const Graph *g, const Device *d) {
   long nplans = 1;
   for (int s = 0; s < g->nstashed; s++) nplans *= 3;
@@ -189,6 +223,11 @@ static void check_plans(const Graph *g, const Device *d) {
       if (out[c].arena <= budgets[k] && (best < 0 || out[c].step < best)) best = out[c].step;
     T_CHECK((best >= 0) == (budgets[k] >= min_arena));
     for (size_t s = 0; s < NSTRAT; s++) check_strategy(g, d, strategies[s], budgets[k], best);
+    double best_remat = -1;
+    for (long c = 0; c < nplans; c++)
+      if (!out[c].offloads && out[c].peak <= budgets[k] && (best_remat < 0 || out[c].step < best_remat))
+        best_remat = out[c].step;
+    check_exact(g, d, budgets[k], best_remat);
   }
   printf("  %d stashed, %ld plans, arena %lld..%lld\n", g->nstashed, nplans, (long long)min_arena,
          (long long)keep_all);
@@ -223,6 +262,7 @@ int main(void) {
     bool dag;
   } cases[] = {{1, 4, false}, {2, 6, false}, {3, 8, false}, {8, 5, true}, {9, 5, true}, {10, 5, true}, {11, 6, true}, {12, 6, true}, {6, 8, true}, {7, 9, true}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_graph(d, cases[i].seed, cases[i].nf, cases[i].dag);
+  printf("exact: %d solves, below the family's keep/recompute optimum in %d\n", exact_solves, exact_below);
   if (ilp_missing) printf("note: strategy ilp not built in: %d optimality checks not run\n", ilp_missing);
   device_free(d);
   T_DONE();
