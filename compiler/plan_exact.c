@@ -43,7 +43,7 @@
 #include <time.h>
 
 /* Beyond this the MILP is too large to build, let alone solve. */
-#define EXACT_MAX_OPS 200
+#define EXACT_MAX_OPS 120
 #define EXACT_DEFAULT_SECONDS 60.0
 
 /* A growable sparse MILP handed to CBC in one piece. */
