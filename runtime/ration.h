@@ -90,9 +90,15 @@ typedef enum rt_BackendKind { RT_BACKEND_AUTO, RT_BACKEND_CPU, RT_BACKEND_CUDA }
 enum {
   RT_OPEN_DEBUG = 1u,  /* random copy delays, NaN on death, occupancy checks */
   RT_OPEN_PROFILE = 2u, /* per-op times measured exactly (the CUDA backend syncs per op) */
-  RT_OPEN_WARMUP = 4u   /* run the schedule once at open on zeroed arenas, then zero them:
+  RT_OPEN_WARMUP = 4u,  /* run the schedule once at open on zeroed arenas, then zero them:
                            per-shape kernel plans are chosen before the first step (the
                            CUDA backend always does this) */
+  RT_OPEN_ATOMIC = 8u   /* a failed rt_step leaves params and optimizer state as they were,
+                           even when an optimizer op fails: they are copied to host memory
+                           before the optimizer ops of every step (their bytes again in host
+                           memory, and a copy per step). Without it a failure before the
+                           optimizer ops changes nothing either; one among them says how many
+                           had run. */
 };
 
 typedef struct rt_Options {
@@ -151,6 +157,15 @@ int rt_stats(const rt_Session *s, rt_Stats *st);
 double rt_op_seconds(const rt_Session *s, int op);
 /* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}}. */
 int rt_write_profile(rt_Session *s, const char *path);
+
+/* Fault injection for tests (Lua's ltests idea): from this call on, the
+ * Nth allocation libration makes (tables, arenas, threads), the Nth copy of
+ * a schedule (offload or prefetch) or the Nth kernel launch fails as the
+ * system would make it fail; 0 never. Counts are process-wide and restart
+ * at 0 with every call; rt_fault_inject(0, 0, 0) disarms. */
+void rt_fault_inject(long alloc_nth, long copy_nth, long kernel_nth);
+/* What was counted since the last rt_fault_inject (NULL to skip one). */
+void rt_fault_counts(long *allocs, long *copies, long *kernels);
 
 #ifdef __cplusplus
 }

@@ -37,10 +37,18 @@ struct rt_Session {
   double *op_sum;      /* per op: summed kernel seconds, from the second step on */
   double *op_first;    /* per op: kernel seconds in the first step (cold caches) */
   unsigned char *state;
+  /* RT_OPEN_ATOMIC: the resident buffers the optimizer ops write, copied to
+   * host memory before the first of them runs in each step. */
+  int opt_first;       /* step index of the first optimizer-phase compute step, or -1 */
+  int *snap, nsnap;    /* buffer ids */
+  unsigned char *snap_data;
+  bool snap_taken;
   int64_t live, hwm, nrun;
   rt_Stats stats; /* the last step's times */
   char err[512];
 };
+
+static int prepare_snapshot(rt_Session *s, bool atomic);
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -89,6 +97,10 @@ static int validate(rt_Session *s) {
   if (c->ntensors < 0 || c->nbuffers < 0 || c->nops < 0 || c->nsteps < 0 || c->nevents < 0 || !c->tensors ||
       !c->buffers || !c->ops || !c->steps || !c->op_io || !c->step_io || !c->waits || !c->attrs)
     return fail(s, RT_ESCHEDULE, "schedule %s: missing tables", c->name ? c->name : "?");
+  /* Arena sizes are rounded up to the alignment, so they stay well inside int64. */
+  if (c->arena_bytes < 0 || c->host_bytes < 0 || c->arena_bytes > (INT64_C(1) << 60) || c->host_bytes > (INT64_C(1) << 60))
+    return fail(s, RT_ESCHEDULE, "schedule %s: arena of %lld bytes or host arena of %lld bytes out of range",
+                c->name ? c->name : "?", (long long)c->arena_bytes, (long long)c->host_bytes);
   for (int i = 0; i < c->ntensors; i++) {
     const rt_SchedTensor *t = &c->tensors[i];
     if (!t->name || t->dtype < RT_F32 || t->dtype > RT_U8 || t->rank < 0 || t->rank > RT_MAX_RANK)
@@ -213,13 +225,13 @@ static int derive_occupancy(rt_Session *s) {
   int nborn = 0, ndie = 0;
   for (int b = 0; b < nb; b++)
     if (s->first[b] >= 0) nborn++, ndie++;
-  s->born = calloc((size_t)nborn + 1, sizeof *s->born);
-  s->die = calloc((size_t)ndie + 1, sizeof *s->die);
+  s->born = rt_calloc((size_t)nborn + 1, sizeof *s->born);
+  s->die = rt_calloc((size_t)ndie + 1, sizeof *s->die);
   if (!s->born || !s->die) return fail(s, RT_ENOMEM, "out of memory");
   for (int b = 0; b < nb; b++)
     if (s->first[b] >= 0) s->born_start[s->first[b] + 1]++, s->die_start[s->last[b] + 1]++;
   for (int i = 0; i < ns; i++) s->born_start[i + 1] += s->born_start[i], s->die_start[i + 1] += s->die_start[i];
-  int *fb = calloc((size_t)ns + 1, sizeof *fb), *fd = calloc((size_t)ns + 1, sizeof *fd);
+  int *fb = rt_calloc((size_t)ns + 1, sizeof *fb), *fd = rt_calloc((size_t)ns + 1, sizeof *fd);
   if (!fb || !fd) {
     free(fb);
     free(fd);
@@ -245,8 +257,8 @@ static int build_steps(rt_Session *s) {
       const rt_SchedOp *o = &c->ops[c->steps[i].op];
       if (c->steps[i].io0 + o->nin + o->nout > nio) nio = c->steps[i].io0 + o->nin + o->nout;
     }
-  s->attrs = calloc((size_t)nattr + 1, sizeof *s->attrs);
-  s->views = calloc((size_t)nio + 1, sizeof *s->views);
+  s->attrs = rt_calloc((size_t)nattr + 1, sizeof *s->attrs);
+  s->views = rt_calloc((size_t)nio + 1, sizeof *s->views);
   if (!s->attrs || !s->views) return fail(s, RT_ENOMEM, "out of memory");
   for (int i = 0; i < nattr; i++) {
     s->attrs[i].key = c->attrs[i].key;
@@ -292,7 +304,7 @@ static int build_steps(rt_Session *s) {
   return RT_OK;
 }
 
-static int run_steps(rt_Session *s, double *kernel_s, double *wait_s);
+static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_ran);
 
 static void reset_states(rt_Session *s) {
   for (int b = 0; b < s->sc->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
@@ -312,9 +324,10 @@ static int warm_up(rt_Session *s) {
     if (rc == RT_OK) rc = s->be->fill(s->ctx, RT_STREAM_COMPUTE, s->host, 0, c->host_bytes, s->err, sizeof s->err);
     if (rc == RT_OK && pass == 0) {
       double kernel_s = 0, wait_s = 0;
+      int opt_ran = 0;
       for (int i = 0; i < c->nsteps; i++) s->args[i].step = 1;
       reset_states(s);
-      rc = run_steps(s, &kernel_s, &wait_s);
+      rc = run_steps(s, &kernel_s, &wait_s, &opt_ran);
     }
     int src = s->be->sync(s->ctx, serr, sizeof serr);
     if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
@@ -327,7 +340,7 @@ static int warm_up(rt_Session *s) {
 
 int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, char *err, size_t errlen) {
   *out = NULL;
-  rt_Session *s = calloc(1, sizeof *s);
+  rt_Session *s = rt_calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "out of memory");
     return RT_ENOMEM;
@@ -358,20 +371,20 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   }
   const rt_Schedule *c = sched;
   size_t nb = (size_t)c->nbuffers + 1, ns = (size_t)c->nsteps + 1, no = (size_t)c->nops + 1;
-  s->fn = calloc(no, sizeof *s->fn);
-  s->args = calloc(ns, sizeof *s->args);
-  s->first = calloc(nb, sizeof *s->first);
-  s->last = calloc(nb, sizeof *s->last);
-  s->born_start = calloc(ns + 1, sizeof *s->born_start);
-  s->die_start = calloc(ns + 1, sizeof *s->die_start);
-  s->home = calloc((size_t)c->ntensors + 1, sizeof *s->home);
-  s->grads = calloc((size_t)c->ntensors + 1, sizeof *s->grads);
-  s->resident = calloc(nb, sizeof *s->resident);
-  s->persist = calloc(nb, sizeof *s->persist);
-  s->op_step = calloc(no, sizeof *s->op_step);
-  s->op_sum = calloc(no, sizeof *s->op_sum);
-  s->op_first = calloc(no, sizeof *s->op_first);
-  s->state = calloc(nb, sizeof *s->state);
+  s->fn = rt_calloc(no, sizeof *s->fn);
+  s->args = rt_calloc(ns, sizeof *s->args);
+  s->first = rt_calloc(nb, sizeof *s->first);
+  s->last = rt_calloc(nb, sizeof *s->last);
+  s->born_start = rt_calloc(ns + 1, sizeof *s->born_start);
+  s->die_start = rt_calloc(ns + 1, sizeof *s->die_start);
+  s->home = rt_calloc((size_t)c->ntensors + 1, sizeof *s->home);
+  s->grads = rt_calloc((size_t)c->ntensors + 1, sizeof *s->grads);
+  s->resident = rt_calloc(nb, sizeof *s->resident);
+  s->persist = rt_calloc(nb, sizeof *s->persist);
+  s->op_step = rt_calloc(no, sizeof *s->op_step);
+  s->op_sum = rt_calloc(no, sizeof *s->op_sum);
+  s->op_first = rt_calloc(no, sizeof *s->op_first);
+  s->state = rt_calloc(nb, sizeof *s->state);
   if (!s->fn || !s->args || !s->first || !s->last || !s->born_start || !s->die_start || !s->home || !s->grads ||
       !s->resident || !s->persist || !s->op_step || !s->op_sum || !s->op_first || !s->state) {
     rc = fail(s, RT_ENOMEM, "out of memory");
@@ -388,6 +401,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   s->dev = dev;
   s->host = host;
   if ((rc = build_steps(s)) != RT_OK) goto done;
+  if ((rc = prepare_snapshot(s, (o.flags & RT_OPEN_ATOMIC) != 0)) != RT_OK) goto done;
   if (((o.flags & RT_OPEN_WARMUP) || s->be->warm_up) && (rc = warm_up(s)) != RT_OK) goto done;
   if (s->debug) {
     /* Nothing but resident state may be read before it is written. */
@@ -431,6 +445,8 @@ void rt_close(rt_Session *s) {
   free(s->op_sum);
   free(s->op_first);
   free(s->state);
+  free(s->snap);
+  free(s->snap_data);
   free(s);
 }
 
@@ -511,7 +527,72 @@ static int check_birth(rt_Session *s, int i, int b) {
   return RT_OK;
 }
 
-static int run_steps(rt_Session *s, double *kernel_s, double *wait_s) {
+/* Names the step in a failure's message. */
+static int step_failed(rt_Session *s, int rc, int i) {
+  char why[sizeof s->err];
+  snprintf(why, sizeof why, "%s", s->err);
+  return fail(s, rc, "step %d (%s): %s", i, step_desc(s, i), why);
+}
+
+/* RT_OPEN_ATOMIC: what the optimizer ops are about to overwrite, to host memory. */
+static int take_snapshot(rt_Session *s) {
+  int rc = s->be->sync(s->ctx, s->err, sizeof s->err);
+  unsigned char *at = s->snap_data;
+  for (int k = 0; k < s->nsnap && rc == RT_OK; k++) {
+    const rt_SchedBuffer *bf = &s->sc->buffers[s->snap[k]];
+    rc = s->be->download(s->ctx, at, s->dev + bf->offset, bf->bytes, s->err, sizeof s->err);
+    at += bf->bytes;
+  }
+  s->snap_taken = rc == RT_OK;
+  return rc;
+}
+
+static int restore_snapshot(rt_Session *s, char *err, size_t errlen) {
+  int rc = RT_OK;
+  const unsigned char *at = s->snap_data;
+  for (int k = 0; k < s->nsnap && rc == RT_OK; k++) {
+    const rt_SchedBuffer *bf = &s->sc->buffers[s->snap[k]];
+    rc = s->be->upload(s->ctx, s->dev + bf->offset, at, bf->bytes, err, errlen);
+    at += bf->bytes;
+  }
+  return rc;
+}
+
+/* The first optimizer-phase compute step and, with RT_OPEN_ATOMIC, the
+ * resident buffers written from there on and the host memory to hold them. */
+static int prepare_snapshot(rt_Session *s, bool atomic) {
+  const rt_Schedule *c = s->sc;
+  s->opt_first = -1;
+  for (int i = 0; i < c->nsteps && s->opt_first < 0; i++)
+    if (c->steps[i].kind == RT_STEP_COMPUTE && c->ops[c->steps[i].op].phase == 2) s->opt_first = i;
+  if (!atomic || s->opt_first < 0) return RT_OK;
+  s->snap = rt_calloc((size_t)c->nbuffers + 1, sizeof *s->snap);
+  unsigned char *seen = rt_calloc((size_t)c->nbuffers + 1, 1);
+  int64_t bytes = 0;
+  if (!s->snap || !seen) {
+    free(seen);
+    return fail(s, RT_ENOMEM, "out of memory");
+  }
+  for (int i = s->opt_first; i < c->nsteps; i++) {
+    const rt_SchedStep *st = &c->steps[i];
+    if (st->kind != RT_STEP_COMPUTE) continue;
+    const rt_SchedOp *o = &c->ops[st->op];
+    for (int k = o->nin; k < o->nin + o->nout; k++) {
+      int b = c->step_io[st->io0 + k];
+      if (!s->resident[b] || seen[b]) continue;
+      seen[b] = 1;
+      s->snap[s->nsnap++] = b;
+      bytes += c->buffers[b].bytes;
+    }
+  }
+  free(seen);
+  s->snap_data = rt_calloc((size_t)bytes + 1, 1);
+  if (!s->snap_data)
+    return fail(s, RT_ENOMEM, "cannot allocate %lld bytes of host memory for RT_OPEN_ATOMIC", (long long)bytes);
+  return RT_OK;
+}
+
+static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_ran) {
   const rt_Schedule *c = s->sc;
   const rt_Backend *be = s->be;
   char *err = s->err;
@@ -543,10 +624,13 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s) {
       if (s->debug)
         for (int k = 0; k < o->nin; k++)
           if ((rc = check_read(s, i, io[k])) != RT_OK) return rc;
+      if (i == s->opt_first && s->nsnap > 0 && (rc = take_snapshot(s)) != RT_OK) return rc;
       t0 = now_seconds();
-      rc = be->launch(s->ctx, s->fn[st->op], &s->args[i], s->profile, err, el);
+      if (rt_fault_hit(RT_FAULT_KERNEL)) rc = fail(s, RT_EKERNEL, "kernel failed: injected fault");
+      else rc = be->launch(s->ctx, s->fn[st->op], &s->args[i], s->profile, err, el);
       double dt = now_seconds() - t0;
-      if (rc != RT_OK) return rc;
+      if (rc != RT_OK) return step_failed(s, rc, i);
+      if (o->phase == 2) (*opt_ran)++;
       *kernel_s += dt;
       if (!st->recompute) *(s->nrun == 1 ? &s->op_first[st->op] : &s->op_sum[st->op]) += dt;
       if (s->debug) {
@@ -561,9 +645,10 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s) {
         if ((rc = check_read(s, i, st->from)) != RT_OK) return rc;
         s->state[st->to] = st->kind == RT_STEP_OFFLOAD ? ST_VALID : ST_PENDING;
       }
-      rc = be->copy(s->ctx, st->stream, buffer_ptr(s, st->to), buffer_ptr(s, st->from), c->buffers[st->to].bytes,
-                    err, el);
-      if (rc != RT_OK) return rc;
+      if (rt_fault_hit(RT_FAULT_COPY)) rc = fail(s, RT_EBACKEND, "copy failed: injected fault");
+      else rc = be->copy(s->ctx, st->stream, buffer_ptr(s, st->to), buffer_ptr(s, st->from), c->buffers[st->to].bytes,
+                         err, el);
+      if (rc != RT_OK) return step_failed(s, rc, i);
       break;
     case RT_STEP_PREFETCH_WAIT:
       if (s->debug) {
@@ -598,8 +683,10 @@ int rt_step(rt_Session *s) {
   for (int i = 0; i < c->nsteps; i++) s->args[i].step = s->nrun;
   reset_states(s);
   double kernel_s = 0, wait_s = 0;
+  int opt_ran = 0;
+  s->snap_taken = false;
   double t0 = now_seconds();
-  int rc = run_steps(s, &kernel_s, &wait_s);
+  int rc = run_steps(s, &kernel_s, &wait_s, &opt_ran);
   double t1 = now_seconds();
   char serr[256];
   int src = s->be->sync(s->ctx, serr, sizeof serr);
@@ -607,6 +694,13 @@ int rt_step(rt_Session *s) {
   if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
   if (rc != RT_OK) {
     s->nrun--;
+    size_t n = strlen(s->err);
+    if (s->snap_taken) {
+      if (restore_snapshot(s, serr, sizeof serr) != RT_OK)
+        snprintf(s->err + n, sizeof s->err - n, "; restoring the parameters failed too: %s", serr);
+    } else if (opt_ran > 0) {
+      snprintf(s->err + n, sizeof s->err - n, " (%d optimizer ops had already updated their parameters)", opt_ran);
+    }
     return rc;
   }
   s->stats.step_seconds = t2 - t0;

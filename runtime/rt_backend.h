@@ -38,6 +38,13 @@ typedef struct rt_Backend {
   int (*download)(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
 } rt_Backend;
 
+/* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND and
+ * says whether it is the one armed to fail. Every allocation libration
+ * makes goes through rt_calloc (or asks rt_fault_hit first). */
+enum { RT_FAULT_ALLOC, RT_FAULT_COPY, RT_FAULT_KERNEL, RT_FAULT_KINDS };
+bool rt_fault_hit(int kind);
+void *rt_calloc(size_t n, size_t size);
+
 extern const rt_Backend rt_backend_cpu;
 /* The CUDA backend when libration was built with it and a device exists,
  * else NULL with the reason in err. */

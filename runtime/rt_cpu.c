@@ -47,7 +47,7 @@ typedef struct Cpu {
 static void *xalloc_arena(int64_t bytes) {
   size_t n = (size_t)((bytes + 255) / 256 * 256);
   if (n == 0) n = 256;
-  void *p = aligned_alloc(256, n);
+  void *p = rt_fault_hit(RT_FAULT_ALLOC) ? NULL : aligned_alloc(256, n);
   if (p) memset(p, 0, n);
   return p;
 }
@@ -123,7 +123,7 @@ static void cpu_close(void *ctx) {
 
 static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nevents, bool debug, unsigned seed,
                     unsigned delay_us, void **dev, void **host, char *err, size_t errlen) {
-  Cpu *c = calloc(1, sizeof *c);
+  Cpu *c = rt_calloc(1, sizeof *c);
   *ctx = NULL;
   if (!c) {
     snprintf(err, errlen, "out of memory");
@@ -135,8 +135,8 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
   c->delay_us = delay_us;
   c->dev = xalloc_arena(arena_bytes);
   c->host = xalloc_arena(host_bytes);
-  c->issued = calloc((size_t)nevents + 1, sizeof *c->issued);
-  c->done = calloc((size_t)nevents + 1, sizeof *c->done);
+  c->issued = rt_calloc((size_t)nevents + 1, sizeof *c->issued);
+  c->done = rt_calloc((size_t)nevents + 1, sizeof *c->done);
   if (!c->dev || !c->host || !c->issued || !c->done) {
     cpu_close(c);
     snprintf(err, errlen, "cannot allocate arenas of %lld + %lld bytes", (long long)arena_bytes,
@@ -146,7 +146,7 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) {
     c->streams[s].owner = c;
     c->streams[s].seed = seed * 2654435761u + (unsigned)s;
-    if (pthread_create(&c->streams[s].thread, NULL, stream_main, &c->streams[s]) != 0) {
+    if (rt_fault_hit(RT_FAULT_ALLOC) || pthread_create(&c->streams[s].thread, NULL, stream_main, &c->streams[s]) != 0) {
       cpu_close(c);
       snprintf(err, errlen, "cannot start a copy-stream thread");
       return RT_EBACKEND;

@@ -1,0 +1,238 @@
+/*
+ * test_rt_faults.c - fault injection through libration's public API (Lua's
+ * ltests idea) on a small GPT-2 whose every stashed tensor is offloaded, so
+ * a step has copies on both copy streams:
+ *   - every allocation rt_open makes fails in turn: rt_open returns a
+ *     status and a message and no session (the SAN build's leak checker
+ *     and tests/t_valgrind.sh see that it freed what it took);
+ *   - every copy of a step, and every kernel launch, fails in turn: rt_step
+ *     returns the status naming the step, the params and optimizer state
+ *     read back bitwise as before the step, and the next step is bitwise
+ *     the step a session that never failed runs.
+ * Without RT_OPEN_ATOMIC a failing optimizer op may leave earlier optimizer
+ * ops' updates; the message must say so, and nothing else may change.
+ */
+#include "ration.h"
+#include "test.h"
+
+#include "../runtime/ration.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+static long stride = 1; /* --stride N: every Nth event only (tests/t_valgrind.sh) */
+
+static const rt_Schedule *build_schedule(void **handle, char *why, size_t wn) {
+  ModelConfig c;
+  Err e = {{0}};
+  Buf json = {0}, src = {0}, hdr = {0};
+  Graph *g = NULL;
+  Device *d = NULL;
+  Plan *p = NULL;
+  Decision *dec = NULL;
+  const rt_Schedule *s = NULL;
+  *handle = NULL;
+  if (model_defaults("gpt2", &c, &e)) goto fail_e;
+  c.layers = 2, c.dim = 32, c.heads = 4, c.vocab = 64, c.seq = 8, c.batch = 2, c.dtype = DT_F32;
+  if (model_build(&c, &json, &e) || !(g = graph_parse("gpt2-faults", json.data, json.len, &e))) goto fail_e;
+  if (!(d = device_load("budgets/cpu.json", &e))) goto fail_e;
+  dec = calloc((size_t)g->ntensors, sizeof *dec);
+  for (int i = 0; dec && i < g->nstashed; i++) dec[g->stashed[i]] = DEC_OFFLOAD;
+  if (!dec || !(p = plan_from_decisions(g, d, dec, &e))) goto fail_e;
+  snprintf(p->strategy, sizeof p->strategy, "offload-all");
+  if (emit_c_source(p, g, "faults", &src, &e) || emit_c_header(p, g, "faults", &hdr, &e)) goto fail_e;
+  char path[600], cmd[1600];
+  snprintf(path, sizeof path, "%s/faults.sched.c", tmpdir);
+  if (util_write_file_atomic(path, src.data, src.len, &e)) goto fail_e;
+  snprintf(path, sizeof path, "%s/faults.sched.h", tmpdir);
+  if (util_write_file_atomic(path, hdr.data, hdr.len, &e)) goto fail_e;
+  snprintf(cmd, sizeof cmd, "cc -std=c99 -O0 -fPIC -shared -o %s/faults.so %s/faults.sched.c", tmpdir, tmpdir);
+  if (system(cmd) != 0) {
+    snprintf(why, wn, "faults.sched.c does not compile");
+    goto done;
+  }
+  snprintf(path, sizeof path, "%s/faults.so", tmpdir);
+  if (!(*handle = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+    snprintf(why, wn, "dlopen: %s", dlerror());
+    goto done;
+  }
+  const rt_Schedule *(*entry)(void) = (const rt_Schedule *(*)(void))dlsym(*handle, "ration_schedule_faults");
+  if (entry) s = entry();
+  else snprintf(why, wn, "no entry point");
+  goto done;
+fail_e:
+  snprintf(why, wn, "%.500s", e.msg);
+done:
+  free(dec);
+  plan_free(p);
+  device_free(d);
+  graph_free(g);
+  buf_free(&json);
+  buf_free(&src);
+  buf_free(&hdr);
+  return s;
+}
+
+/* Params and optimizer state (kinds 1 and 3), concatenated. */
+static size_t state_bytes(const rt_Schedule *s) {
+  size_t n = 0;
+  for (int t = 0; t < s->ntensors; t++)
+    if (s->tensors[t].kind == 1 || s->tensors[t].kind == 3) n += (size_t)s->tensors[t].bytes;
+  return n;
+}
+
+static int read_state(rt_Session *ss, const rt_Schedule *s, unsigned char *out) {
+  for (int t = 0; t < s->ntensors; t++)
+    if (s->tensors[t].kind == 1 || s->tensors[t].kind == 3) {
+      int rc = rt_read(ss, s->tensors[t].name, out, (size_t)s->tensors[t].bytes);
+      if (rc != RT_OK) return rc;
+      out += s->tensors[t].bytes;
+    }
+  return RT_OK;
+}
+
+/* A session with fixed params and a fixed batch. */
+static int open_ready(const rt_Schedule *s, unsigned flags, rt_Session **out, char *err, size_t errlen) {
+  rt_Options o = {RT_BACKEND_CPU, flags, 3, 50};
+  int rc = rt_open(s, &o, out, err, errlen);
+  if (rc != RT_OK) return rc;
+  rc = rt_init_params(*out, 42, 0.02);
+  for (int t = 0; t < s->ntensors && rc == RT_OK; t++) {
+    const rt_SchedTensor *x = &s->tensors[t];
+    if (x->kind != 0 || x->dtype != 3) continue;
+    int32_t *ids = malloc((size_t)x->bytes);
+    if (!ids) return RT_ENOMEM;
+    for (int64_t i = 0; i < x->bytes / 4; i++) ids[i] = (int32_t)((i * 7 + t) % 64);
+    rc = rt_write(*out, x->name, ids, (size_t)x->bytes);
+    free(ids);
+  }
+  if (rc != RT_OK) snprintf(err, errlen, "%s", rt_error(*out));
+  return rc;
+}
+
+/* Arms fault KIND (1 copy, 2 kernel) at each of its N events of a step in
+ * turn; checks status, message, unchanged state and a clean next step. */
+static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, const unsigned char *after_one,
+                      size_t nb) {
+  unsigned char *before = malloc(nb), *now = malloc(nb);
+  int bad_status = 0, changed = 0, changed_unsaid = 0, no_recover = 0, opened = 0;
+  long first_bad = 0;
+  char msg[600] = "";
+  long tried = 0;
+  for (long k = 1; k <= n && before && now; k += stride) {
+    tried++;
+    rt_Session *ss = NULL;
+    char err[512];
+    rt_fault_inject(0, 0, 0);
+    if (open_ready(s, flags, &ss, err, sizeof err) != RT_OK || read_state(ss, s, before) != RT_OK) {
+      rt_close(ss);
+      continue;
+    }
+    opened++;
+    rt_fault_inject(0, kind == 1 ? k : 0, kind == 2 ? k : 0);
+    int rc = rt_step(ss);
+    rt_fault_inject(0, 0, 0);
+    const char *m = rt_error(ss);
+    int want = kind == 1 ? RT_EBACKEND : RT_EKERNEL;
+    if (rc != want || !strstr(m, "injected fault") || strncmp(m, "step ", 5) != 0) {
+      if (!bad_status++) first_bad = k, snprintf(msg, sizeof msg, "status %d: %s", rc, m);
+    }
+    bool said = strstr(m, "optimizer ops had already updated") != NULL;
+    if (read_state(ss, s, now) != RT_OK || memcmp(before, now, nb) != 0) {
+      changed++;
+      if (!said && !changed_unsaid++) first_bad = k, snprintf(msg, sizeof msg, "state changed: %s", m);
+    } else if (rt_step(ss) != RT_OK || read_state(ss, s, now) != RT_OK || memcmp(now, after_one, nb) != 0) {
+      if (!no_recover++) first_bad = k, snprintf(msg, sizeof msg, "next step differs: %s", rt_error(ss));
+    }
+    rt_close(ss);
+  }
+  const char *what = kind == 1 ? "copy" : "kernel", *whats = kind == 1 ? "copies" : "kernels";
+  char name[200];
+  snprintf(name, sizeof name, "each of %ld %s failing in turn%s: status, message, state kept, clean next step", n,
+           whats, flags & RT_OPEN_ATOMIC ? " (RT_OPEN_ATOMIC)" : "");
+  T_CASE(name) {
+    T_CHECKF(opened == tried, "%d of %ld sessions opened", opened, tried);
+    T_CHECKF(bad_status == 0 && changed_unsaid == 0 && no_recover == 0,
+             "%d bad statuses, %d unsaid state changes, %d unclean next steps; first at %s %ld: %s", bad_status,
+             changed_unsaid, no_recover, what, first_bad, msg);
+    if (flags & RT_OPEN_ATOMIC) T_CHECKF(changed == 0, "%d failures changed the state", changed);
+    else if (kind == 2 && stride == 1) T_CHECKF(changed > 0 && changed < n, "%d of %ld kernel failures changed the state (the "
+                                 "optimizer's, said so)", changed, n);
+  }
+  printf("  %s failures: %ld, state changed by %d (said so in the message)\n", what, n, changed);
+  free(before);
+  free(now);
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (argc == 3 && !strcmp(argv[1], "--stride")) stride = atol(argv[2]) > 0 ? atol(argv[2]) : 1;
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/ration-test-faults-XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  void *handle;
+  char why[600] = "";
+  const rt_Schedule *s = build_schedule(&handle, why, sizeof why);
+  T_CASE("offload-all schedule of a small GPT-2 builds and loads") T_CHECKF(s != NULL, "%s", why);
+  if (s) {
+    size_t nb = state_bytes(s);
+    unsigned char *after_one = malloc(nb);
+    rt_Session *ss = NULL;
+    char err[512] = "";
+    long nalloc = 0, ncopy = 0, nkernel = 0, nalloc_atomic = 0;
+    rt_fault_inject(0, 0, 0);
+    int rc = open_ready(s, RT_OPEN_ATOMIC, &ss, err, sizeof err);
+    rt_fault_counts(&nalloc_atomic, NULL, NULL);
+    rt_close(ss);
+    rt_fault_inject(0, 0, 0);
+    rc = rc ? rc : open_ready(s, 0, &ss, err, sizeof err);
+    rt_fault_counts(&nalloc, NULL, NULL);
+    rt_fault_inject(0, 0, 0);
+    if (rc == RT_OK) rc = rt_step(ss);
+    rt_fault_counts(NULL, &ncopy, &nkernel);
+    if (rc == RT_OK) rc = read_state(ss, s, after_one);
+    T_CASE("a clean step runs and counts its copies and kernels")
+      T_CHECKF(rc == RT_OK && ncopy > 10 && nkernel > 20 && nalloc > 10 && nalloc_atomic > nalloc,
+               "status %d (%s), %ld allocations (%ld atomic), %ld copies, %ld kernels", rc, ss ? rt_error(ss) : err,
+               nalloc, nalloc_atomic, ncopy, nkernel);
+    rt_close(ss);
+    printf("  per open: %ld allocations (%ld with RT_OPEN_ATOMIC); per step: %ld copies, %ld kernels\n", nalloc,
+           nalloc_atomic, ncopy, nkernel);
+
+    /* rt_open alone: open_ready's later calls allocate nothing of libration's. */
+    unsigned flag_sets[] = {0, RT_OPEN_ATOMIC | RT_OPEN_DEBUG};
+    for (int f = 0; f < 2; f++) {
+      long total = f ? nalloc_atomic : nalloc, fails = 0, leaks_out = 0;
+      char first[600] = "";
+      for (long k = 1; k <= total; k += stride) {
+        rt_Session *x = (rt_Session *)&fails; /* must come back NULL */
+        char e2[512] = "";
+        rt_Options o = {RT_BACKEND_CPU, flag_sets[f], 3, 50};
+        rt_fault_inject(k, 0, 0);
+        int st = rt_open(s, &o, &x, e2, sizeof e2);
+        rt_fault_inject(0, 0, 0);
+        bool good = (st == RT_ENOMEM || st == RT_EBACKEND) && x == NULL && e2[0];
+        if (!good && !fails++) snprintf(first, sizeof first, "allocation %ld: status %d, session %p, \"%s\"", k, st,
+                                        (void *)x, e2);
+        if (st == RT_OK) rt_close(x), leaks_out++;
+      }
+      char name[160];
+      snprintf(name, sizeof name, "each of %ld allocations of rt_open%s failing: status, message, no session", total,
+               f ? " (RT_OPEN_ATOMIC | RT_OPEN_DEBUG)" : "");
+      T_CASE(name) T_CHECKF(fails == 0 && leaks_out == 0, "%ld wrong: %s", fails, first);
+    }
+    fail_each(s, 1, ncopy, 0, after_one, nb);
+    fail_each(s, 2, nkernel, 0, after_one, nb);
+    fail_each(s, 1, ncopy, RT_OPEN_ATOMIC, after_one, nb);
+    fail_each(s, 2, nkernel, RT_OPEN_ATOMIC, after_one, nb);
+    free(after_one);
+  }
+  if (handle) dlclose(handle);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  T_DONE();
+}
