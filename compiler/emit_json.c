@@ -53,13 +53,16 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
   buf_printf(out, ", \"objective\": %.9g, \"bound\": %.9g, \"gap\": %.9g, \"seconds\": %.3f},\n", si->objective,
              si->bound, si->gap, si->seconds);
   buf_printf(out, "  \"decisions\": {");
+  /* A plan read from a file may leave tensors undecided: they stay unlisted. */
+  int listed = 0;
   for (int i = 0; i < g->nstashed; i++) {
     int t = g->stashed[i];
-    buf_printf(out, "%s\n    ", i ? "," : "");
+    if (p->decisions[t] == DEC_NONE) continue;
+    buf_printf(out, "%s\n    ", listed++ ? "," : "");
     emit_json_string(out, g->tensors[t].name);
     buf_printf(out, ": \"%s\"", plan_decision_name(p->decisions[t]));
   }
-  buf_printf(out, "%s},\n  \"buffers\": [", g->nstashed ? "\n  " : "");
+  buf_printf(out, "%s},\n  \"buffers\": [", listed ? "\n  " : "");
   for (int b = 0; b < p->nbuffers; b++) {
     const Buffer *bf = &p->buffers[b];
     buf_printf(out, "%s\n    {\"id\": %d, \"tensor\": ", b ? "," : "", b);

@@ -134,7 +134,7 @@ typedef struct Ctx {
   const char *file;
   Graph *g;
   Err *e;
-  int64_t total_bytes; /* every tensor plus every workspace: fits in int64 */
+  int64_t total_bytes; /* every tensor plus every workspace: at most JSON_MAX_BYTES */
 } Ctx;
 
 static int oom(Ctx *c) { return err_set(c->e, "%s: out of memory", c->file); }
@@ -207,8 +207,8 @@ static int parse_tensor(Ctx *c, const JsonPath *p, const cJSON *obj, Tensor *t) 
   }
   if (overflow) return json_err(c->e, c->file, &ps, "tensor \"%s\" is over 2^63 bytes", t->name);
   t->bytes = bytes;
-  if (!util_add_i64(c->total_bytes, bytes, &c->total_bytes))
-    return json_err(c->e, c->file, &ps, "the graph's tensors add up to more than 2^63 bytes");
+  if (!util_add_i64(c->total_bytes, bytes, &c->total_bytes) || c->total_bytes > JSON_MAX_BYTES)
+    return json_err(c->e, c->file, &ps, "the graph's tensors add up to more than 2^53 bytes (8 PiB, the limit)");
   t->producer = t->first_read = t->last_read = t->last_fwd_read = t->first_bwd_read = -1;
   return 0;
 }
@@ -290,8 +290,8 @@ static int parse_op(Ctx *c, const JsonPath *p, const cJSON *obj, Op *op) {
   const cJSON *ws = json_get(obj, "workspace");
   JsonPath pw = {p, "workspace", 0};
   if (ws && json_int(c->file, &pw, ws, 0, &op->workspace, c->e)) return -1;
-  if (!util_add_i64(c->total_bytes, op->workspace, &c->total_bytes))
-    return json_err(c->e, c->file, &pw, "the graph's tensors and workspaces add up to more than 2^63 bytes");
+  if (!util_add_i64(c->total_bytes, op->workspace, &c->total_bytes) || c->total_bytes > JSON_MAX_BYTES)
+    return json_err(c->e, c->file, &pw, "the graph's tensors and workspaces add up to more than 2^53 bytes (8 PiB, the limit)");
   /* Producers are assigned here, in op order, so a second producer is
    * reported at the op that repeats it. */
   for (int k = 0; k < op->noutputs; k++) {

@@ -235,7 +235,10 @@ int json_size(const char *file, const JsonPath *p, const cJSON *item, int64_t *o
   if (!cJSON_IsString(item))
     return json_err(e, file, p, "expected a size (bytes or a string like \"80GiB\"), got %s", type_name(item));
   const char *s = item->valuestring;
-  if (util_parse_size(s, out)) return 0;
+  if (util_parse_size(s, out)) {
+    if (*out > JSON_MAX_BYTES) return json_err(e, file, p, "size \"%s\" is over the limit of 2^53 bytes (8 PiB)", s);
+    return 0;
+  }
   char *rest;
   errno = 0;
   double v = strtod(s, &rest);

@@ -70,8 +70,13 @@ static int64_t parse_budget(const char *arg, const Graph *g, const Device *d, Er
   }
   char *end;
   long long v = strtoll(arg, &end, 10);
-  if (*end == 0 && end != arg && v > 0) return (int64_t)v;
-  if (util_parse_size(arg, &bytes) && bytes > 0) return bytes;
+  if (*end == 0 && end != arg && v > 0) bytes = (int64_t)v;
+  else if (!util_parse_size(arg, &bytes) || bytes <= 0) bytes = -1;
+  if (bytes > JSON_MAX_BYTES) {
+    err_set(e, "--budget: \"%s\" is over the limit of 2^53 bytes (8 PiB)", arg);
+    return -1;
+  }
+  if (bytes > 0) return bytes;
   err_set(e, "--budget: \"%s\" is not a size (bytes, a size with a unit, or P%%)", arg);
   return -1;
 }

@@ -74,6 +74,11 @@ typedef struct JsonPath {
 
 #define JSON_MAX_FILE_BYTES (1LL << 30)
 #define JSON_MAX_ITEMS 1000000 /* tensors, ops, buffers, steps */
+/* The largest byte count anything carries (a graph's tensors and workspaces
+ * together, a device size, a budget): 2^53 = 8 PiB, exact as a JSON number,
+ * so every plan written can be read back, and sums of a few such counts
+ * never come near int64's limit. */
+#define JSON_MAX_BYTES (1LL << 53)
 
 /* "FILE: PATH: message" (or "FILE: message" at the root). Returns -1. */
 int json_err(Err *e, const char *file, const JsonPath *p, const char *fmt, ...)

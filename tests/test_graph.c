@@ -96,11 +96,20 @@ static void limits(void) {
   graph_free(g);
   unlink(tmp);
 
-  /* 2^62 bytes is representable and loads. */
-  const char *edge = "{\"format\": \"ration-graph/1\", \"tensors\": [{\"name\": \"t\", \"shape\": [2147483648, "
-                     "2147483648], \"dtype\": \"u8\", \"kind\": \"param\"}], \"ops\": []}";
+  /* 2^53 bytes in all (JSON_MAX_BYTES, what a plan file can carry) loads;
+   * a byte more does not. */
+  const char *edge = "{\"format\": \"ration-graph/1\", \"tensors\": [{\"name\": \"t\", \"shape\": [67108864, "
+                     "134217728], \"dtype\": \"u8\", \"kind\": \"param\"}], \"ops\": []}";
   g = graph_parse("edge.json", edge, strlen(edge), &e);
-  T_CASE("2^62-byte tensor loads") T_CHECK(g && g->tensors[0].bytes == (1LL << 62));
+  T_CASE("2^53-byte tensor loads") T_CHECK(g && g->tensors[0].bytes == (1LL << 53));
+  graph_free(g);
+  const char *over = "{\"format\": \"ration-graph/1\", \"tensors\": [{\"name\": \"t\", \"shape\": [67108864, "
+                     "134217728], \"dtype\": \"u8\", \"kind\": \"param\"}, {\"name\": \"b\", \"shape\": [1], "
+                     "\"dtype\": \"u8\", \"kind\": \"param\"}], \"ops\": []}";
+  g = graph_parse("over.json", over, strlen(over), &e);
+  T_CASE("a byte over 2^53 in all is refused")
+    T_CHECKF(!g && strstr(e.msg, "over.json: tensors[1].shape: the graph's tensors add up to more than 2^53 bytes"),
+             "%s", e.msg);
   graph_free(g);
 }
 

@@ -24,7 +24,6 @@
 /* The whole-pipeline target plans graphs up to this size; larger ones are
  * the loader target's business (planning cost grows with the graph). */
 #define FUZZ_PLAN_MAX_BYTES 65536
-#define JSON_MAX_SIZE (1LL << 53)
 
 static const char fuzz_device_text[] =
     "{\"format\": \"ration-device/1\", \"name\": \"fuzz\", \"memory\": \"8GiB\", \"reserve\": 0,"
@@ -153,7 +152,7 @@ static inline const char *fuzz_pipeline_one(const uint8_t *data, size_t size) {
   int64_t peak = plan_keep_all_peak(g, d, &e);
   if (peak < 0) why = fuzz_check_error(&e, FUZZ_FILE);
   /* The largest budget a plan file can carry (JSON integers stop at 2^53). */
-  int64_t budgets[] = {JSON_MAX_SIZE, peak, peak - peak / 5, peak / 2};
+  int64_t budgets[] = {JSON_MAX_BYTES, peak, peak - peak / 5, peak / 2};
   for (const PlanStrategy *s = plan_strategies; !why && peak >= 0 && s->name; s++) {
     if (!fuzz_cheap_strategy(s->name)) continue;
     for (size_t k = 0; !why && k < sizeof budgets / sizeof budgets[0]; k++) {
@@ -161,7 +160,9 @@ static inline const char *fuzz_pipeline_one(const uint8_t *data, size_t size) {
       Plan *p = plan_make(g, d, &o, &e);
       if (!p) {
         if (!e.msg[0] || strchr(e.msg, '\n')) why = fuzz_broke("%s: bad error \"%s\"", s->name, e.msg);
-        if (!why && budgets[k] == JSON_MAX_SIZE && !strcmp(s->name, "keep-all"))
+        /* Alignment pads the arena past the peak a little: only a graph far
+         * inside the limit must always plan. */
+        if (!why && budgets[k] == JSON_MAX_BYTES && peak <= JSON_MAX_BYTES / 2 && !strcmp(s->name, "keep-all"))
           why = fuzz_broke("keep-all failed without a budget: %s", e.msg);
         continue;
       }
