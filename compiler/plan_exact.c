@@ -47,7 +47,7 @@
 #define EXACT_DEFAULT_SECONDS 60.0
 
 /* A growable sparse MILP handed to CBC in one piece. */
-typedef struct Milp {
+typedef struct CkMilp {
   int ncols, cols_cap;
   double *lb, *ub, *obj;
   char *integer;
@@ -59,7 +59,7 @@ typedef struct Milp {
   int *idx;
   double *val;
   bool failed;
-} Milp;
+} CkMilp;
 
 static bool grow(void **p, int need, int *cap, size_t elem) {
   if (need <= *cap) return true;
@@ -72,7 +72,7 @@ static bool grow(void **p, int need, int *cap, size_t elem) {
   return true;
 }
 
-static int milp_col(Milp *m, double lb, double ub, double obj, bool integer) {
+static int ck_col(CkMilp *m, double lb, double ub, double obj, bool integer) {
   int c = m->ncols, cap = m->cols_cap;
   bool ok = grow((void **)&m->lb, c + 1, &cap, sizeof(double));
   cap = m->cols_cap;
@@ -93,8 +93,8 @@ static int milp_col(Milp *m, double lb, double ub, double obj, bool integer) {
   return m->ncols++;
 }
 
-/* Rows are built term by term: milp_term() after milp_row(). */
-static void milp_row(Milp *m, char sense, double rhs) {
+/* Rows are built term by term: ck_term() after ck_row(). */
+static void ck_row(CkMilp *m, char sense, double rhs) {
   int r = m->nrows, cap = m->rows_cap;
   /* One capacity for the three arrays: all grow to the same r + 2. */
   bool ok = grow((void **)&m->sense, r + 2, &cap, 1);
@@ -114,7 +114,7 @@ static void milp_row(Milp *m, char sense, double rhs) {
   m->nrows++;
 }
 
-static void milp_term(Milp *m, int col, double coef) {
+static void ck_term(CkMilp *m, int col, double coef) {
   if (col < 0 || m->failed) return;
   int cap = m->nnz_cap;
   bool ok = grow((void **)&m->idx, m->nnz + 1, &cap, sizeof(int));
@@ -131,7 +131,7 @@ static void milp_term(Milp *m, int col, double coef) {
   m->row_start[m->nrows] = m->nnz;
 }
 
-static void milp_free(Milp *m) {
+static void ck_free(CkMilp *m) {
   free(m->lb);
   free(m->ub);
   free(m->obj);
@@ -158,7 +158,7 @@ typedef struct Exact {
   int *S;           /* [t*ntensors+v] -> column or -1 */
   int **F;          /* [t*n+k] -> nfs[k] columns, NULL if (t,k) inactive */
   double scale;     /* bytes per memory unit in the rows */
-  Milp m;
+  CkMilp m;
 } Exact;
 
 static bool is_act(const Graph *g, int v) { return !graph_is_resident(&g->tensors[v]); }
@@ -220,7 +220,7 @@ static void exact_release(Exact *x) {
   free(x->R);
   free(x->S);
   free(x->F);
-  milp_free(&x->m);
+  ck_free(&x->m);
 }
 
 static bool reads(const Op *o, int v) {
@@ -232,20 +232,20 @@ static bool reads(const Op *o, int v) {
 /* Columns and rows for a budget of `avail` bytes above the resident ones. */
 static int exact_build(Exact *x, int64_t avail, Err *e) {
   const Graph *g = x->g;
-  Milp *m = &x->m;
+  CkMilp *m = &x->m;
   int n = x->n, nt = g->ntensors;
   x->scale = avail > 0 ? (double)avail : 1.0;
   for (int t = 0; t < n; t++)
     for (int k = 0; k <= t; k++) {
       bool active = k == t || x->recomp[k];
-      x->R[t * n + k] = !active ? -1 : milp_col(m, k == t ? 1 : 0, 1, cost_op_seconds(g, x->d, k) * 1e6, true);
+      x->R[t * n + k] = !active ? -1 : ck_col(m, k == t ? 1 : 0, 1, cost_op_seconds(g, x->d, k) * 1e6, true);
     }
   for (int t = 0; t < n; t++)
     for (int v = 0; v < nt; v++) {
       const Tensor *tv = &g->tensors[v];
       /* Holding a tensor past its last reader only costs memory. */
       bool exists = is_act(g, v) && tv->producer >= 0 && tv->producer < t && (tv->is_output || t <= tv->last_read);
-      x->S[(size_t)t * nt + v] = exists ? milp_col(m, tv->is_output ? 1 : 0, 1, 0, true) : -1;
+      x->S[(size_t)t * nt + v] = exists ? ck_col(m, tv->is_output ? 1 : 0, 1, 0, true) : -1;
     }
   for (int t = 0; t < n; t++)
     for (int k = 0; k <= t; k++) {
@@ -253,7 +253,7 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
       int *cols = util_xcalloc((size_t)x->nfs[k], sizeof(int));
       if (!cols) return err_set(e, "%s: out of memory", g->path);
       x->F[t * n + k] = cols;
-      for (int q = 0; q < x->nfs[k]; q++) cols[q] = milp_col(m, 0, g->tensors[x->fs[k][q]].is_output ? 0 : 1, 0, false);
+      for (int q = 0; q < x->nfs[k]; q++) cols[q] = ck_col(m, 0, g->tensors[x->fs[k][q]].is_output ? 0 : 1, 0, false);
     }
   for (int t = 0; t < n; t++) {
     /* Dependencies of every op that may run in stage t. */
@@ -263,19 +263,19 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
       for (int j = 0; j < o->ninputs; j++) {
         int v = o->inputs[j];
         if (!is_act(g, v)) continue;
-        milp_row(m, 'L', 0);
-        milp_term(m, R_at(x, t, k), 1);
-        milp_term(m, R_at(x, t, g->tensors[v].producer), -1);
-        milp_term(m, S_at(x, t, v), -1);
+        ck_row(m, 'L', 0);
+        ck_term(m, R_at(x, t, k), 1);
+        ck_term(m, R_at(x, t, g->tensors[v].producer), -1);
+        ck_term(m, S_at(x, t, v), -1);
       }
     }
     /* Holding into the next stage. */
     for (int v = 0; v < nt && t + 1 < n; v++) {
       if (S_at(x, t + 1, v) < 0 || g->tensors[v].producer == t) continue;
-      milp_row(m, 'L', 0);
-      milp_term(m, S_at(x, t + 1, v), 1);
-      milp_term(m, S_at(x, t, v), -1);
-      milp_term(m, R_at(x, t, g->tensors[v].producer), -1);
+      ck_row(m, 'L', 0);
+      ck_term(m, S_at(x, t + 1, v), 1);
+      ck_term(m, S_at(x, t, v), -1);
+      ck_term(m, R_at(x, t, g->tensors[v].producer), -1);
     }
     /* Freeing: F <= R[t][k], F <= 1 - S[t+1][v], F <= 1 - R[t][j] for
      * every later reader j. Freeing only lowers memory, so the solver
@@ -286,19 +286,19 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
       for (int q = 0; fc && q < x->nfs[k]; q++) {
         int v = x->fs[k][q];
         if (g->tensors[v].is_output) continue;
-        milp_row(m, 'L', 0);
-        milp_term(m, fc[q], 1);
-        milp_term(m, R_at(x, t, k), -1);
+        ck_row(m, 'L', 0);
+        ck_term(m, fc[q], 1);
+        ck_term(m, R_at(x, t, k), -1);
         if (S_at(x, t + 1, v) >= 0) {
-          milp_row(m, 'L', 1);
-          milp_term(m, fc[q], 1);
-          milp_term(m, S_at(x, t + 1, v), 1);
+          ck_row(m, 'L', 1);
+          ck_term(m, fc[q], 1);
+          ck_term(m, S_at(x, t + 1, v), 1);
         }
         for (int j = k + 1; j <= t; j++)
           if (R_at(x, t, j) >= 0 && reads(&g->ops[j], v)) {
-            milp_row(m, 'L', 1);
-            milp_term(m, fc[q], 1);
-            milp_term(m, R_at(x, t, j), 1);
+            ck_row(m, 'L', 1);
+            ck_term(m, fc[q], 1);
+            ck_term(m, R_at(x, t, j), 1);
           }
       }
     }
@@ -307,21 +307,21 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
     int prev = -1, prev_u = -1;
     for (int k = 0; k <= t; k++) {
       if (R_at(x, t, k) < 0) continue;
-      int u = milp_col(m, 0, 1e30, 0, false);
-      milp_row(m, 'E', 0);
-      milp_term(m, u, 1);
-      milp_term(m, R_at(x, t, k), -(double)x->out_bytes[k] / x->scale);
+      int u = ck_col(m, 0, 1e30, 0, false);
+      ck_row(m, 'E', 0);
+      ck_term(m, u, 1);
+      ck_term(m, R_at(x, t, k), -(double)x->out_bytes[k] / x->scale);
       if (prev < 0) {
         for (int v = 0; v < nt; v++)
-          if (S_at(x, t, v) >= 0) milp_term(m, S_at(x, t, v), -(double)g->tensors[v].bytes / x->scale);
+          if (S_at(x, t, v) >= 0) ck_term(m, S_at(x, t, v), -(double)g->tensors[v].bytes / x->scale);
       } else {
-        milp_term(m, prev_u, -1);
+        ck_term(m, prev_u, -1);
         for (int q = 0; x->F[t * n + prev] && q < x->nfs[prev]; q++)
-          milp_term(m, x->F[t * n + prev][q], (double)g->tensors[x->fs[prev][q]].bytes / x->scale);
+          ck_term(m, x->F[t * n + prev][q], (double)g->tensors[x->fs[prev][q]].bytes / x->scale);
       }
-      milp_row(m, 'L', avail / x->scale);
-      milp_term(m, u, 1);
-      milp_term(m, R_at(x, t, k), (double)g->ops[k].workspace / x->scale);
+      ck_row(m, 'L', avail / x->scale);
+      ck_term(m, u, 1);
+      ck_term(m, R_at(x, t, k), (double)g->ops[k].workspace / x->scale);
       prev = k;
       prev_u = u;
     }
@@ -432,7 +432,7 @@ static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, 
   Cbc_Model *cbc = NULL;
   double t0 = now_seconds(), limit = o->time_limit > 0 ? o->time_limit : EXACT_DEFAULT_SECONDS;
   if (exact_prepare(&x, e) || exact_build(&x, avail, e)) goto out;
-  Milp *m = &x.m;
+  CkMilp *m = &x.m;
   if (!(cbc = Cbc_newModel())) {
     err_set(e, "%s: exact: CBC could not create a model", g->path);
     goto out;
