@@ -269,6 +269,18 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
         ck_term(m, S_at(x, t, v), -1);
       }
     }
+    /* A re-run is only worth its time if a later op of the stage reads
+     * one of its outputs: a valid cut that tightens the relaxation. */
+    for (int k = 0; k < t; k++) {
+      if (R_at(x, t, k) < 0) continue;
+      ck_row(m, 'L', 0);
+      ck_term(m, R_at(x, t, k), 1);
+      for (int j = k + 1; j <= t; j++) {
+        bool uses = false;
+        for (int q = 0; q < g->ops[k].noutputs && R_at(x, t, j) >= 0; q++) uses |= reads(&g->ops[j], g->ops[k].outputs[q]);
+        if (uses) ck_term(m, R_at(x, t, j), -1);
+      }
+    }
     /* Holding into the next stage. */
     for (int v = 0; v < nt && t + 1 < n; v++) {
       if (S_at(x, t + 1, v) < 0 || g->tensors[v].producer == t) continue;
