@@ -89,7 +89,8 @@ $(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
 	@rm -f $@; ar rcs $@ $^
 
 test: $(BIN) $(TEST_BIN)
-	@BUILD=$(BUILD) RATION=$(BIN) NVCC="$(NVCC)" sh tests/run.sh
+	@BUILD=$(BUILD) RATION=$(BIN) NVCC="$(NVCC)" LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  sh tests/run.sh
 
 # Fuzzing (tests/fuzz/): libFuzzer targets built with clang, ASan and UBSan
 # in build/fuzz; each runs FUZZ_SECONDS, seeded from tests/fuzz/SEEDS.
