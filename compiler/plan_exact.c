@@ -36,6 +36,7 @@
 #include "ration.h"
 
 #include <coin/Cbc_C_Interface.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,6 +437,41 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Hands the row-wise model to CBC in one call (column-major): adding rows
+ * one at a time makes CoinPackedMatrix regrow per row, which took longer
+ * than any time limit on a 100-op graph. */
+static int load_cbc(Cbc_Model *cbc, const CkMilp *m) {
+  int *start = util_xcalloc((size_t)m->ncols + 1, sizeof *start), *fill = util_xcalloc((size_t)m->ncols + 1, sizeof *fill);
+  int *index = util_xcalloc((size_t)m->nnz + 1, sizeof *index);
+  double *value = util_xcalloc((size_t)m->nnz + 1, sizeof *value);
+  double *rlo = util_xcalloc((size_t)m->nrows + 1, sizeof *rlo), *rhi = util_xcalloc((size_t)m->nrows + 1, sizeof *rhi);
+  int rc = -1;
+  if (start && fill && index && value && rlo && rhi) {
+    for (int k = 0; k < m->nnz; k++) start[m->idx[k] + 1]++;
+    for (int c = 0; c < m->ncols; c++) start[c + 1] += start[c];
+    for (int r = 0; r < m->nrows; r++) {
+      for (int k = m->row_start[r]; k < m->row_start[r + 1]; k++) {
+        int c = m->idx[k], at = start[c] + fill[c]++;
+        index[at] = r;
+        value[at] = m->val[k];
+      }
+      rlo[r] = m->sense[r] == 'L' ? -DBL_MAX : m->rhs[r];
+      rhi[r] = m->sense[r] == 'G' ? DBL_MAX : m->rhs[r];
+    }
+    Cbc_loadProblem(cbc, m->ncols, m->nrows, start, index, value, m->lb, m->ub, m->obj, rlo, rhi);
+    for (int c = 0; c < m->ncols; c++)
+      if (m->integer[c]) Cbc_setInteger(cbc, c);
+    rc = 0;
+  }
+  free(start);
+  free(fill);
+  free(index);
+  free(value);
+  free(rlo);
+  free(rhi);
+  return rc;
+}
+
 /* One MILP solve at `avail` bytes; a plan, or NULL with e set. */
 static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, int64_t avail, SolverInfo *si,
                          Err *e) {
@@ -449,13 +485,17 @@ static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, 
     err_set(e, "%s: exact: CBC could not create a model", g->path);
     goto out;
   }
-  for (int c = 0; c < m->ncols; c++) Cbc_addCol(cbc, "", m->lb[c], m->ub[c], m->obj[c], m->integer[c], 0, NULL, NULL);
-  for (int r = 0; r < m->nrows; r++)
-    Cbc_addRow(cbc, "", m->row_start[r + 1] - m->row_start[r], m->idx + m->row_start[r], m->val + m->row_start[r],
-               m->sense[r], m->rhs[r]);
+  if (load_cbc(cbc, m)) {
+    err_set(e, "%s: exact: out of memory", g->path);
+    goto out;
+  }
   Cbc_setObjSense(cbc, 1);
-  Cbc_setLogLevel(cbc, o->quiet ? 0 : 1);
+  /* CBC logs to stdout, which is ration's own: progress goes to stderr. */
+  Cbc_setLogLevel(cbc, 0);
+  if (!o->quiet)
+    fprintf(stderr, "exact: CBC on %d columns, %d rows, %g s limit\n", m->ncols, m->nrows, limit);
   Cbc_setMaximumSeconds(cbc, limit);
+  Cbc_setParameter(cbc, "timeMode", "elapsed"); /* a limit in wall-clock seconds, as --time-limit says */
   Cbc_setParameter(cbc, "threads", "1");
   int64_t keep_all = plan_keep_all_peak(g, d, e);
   if (keep_all < 0) goto out;
@@ -478,7 +518,7 @@ static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, 
       err_set(e, "%s: exact: no schedule, even with arbitrary recomputation, fits a budget of %s (CBC proved it "
                  "infeasible)", g->path, util_fmt_bytes(avail + x.resident, b1, sizeof b1));
     else
-      err_set(e, "%s: exact: CBC found no schedule within the %.0f s time limit", g->path, limit);
+      err_set(e, "%s: exact: CBC found no schedule within the %g s time limit", g->path, limit);
     goto out;
   }
   /* Ops that run once whatever the plan: the optimizer and every R[t][t]. */
@@ -512,8 +552,15 @@ Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, So
   /* The MILP bounds live bytes; when the layout's fragmentation pushes the
    * arena over the budget, ask again for that much less. */
   PlanOptions tight = *o;
-  double spent = 0;
+  double spent = 0, limit = o->time_limit > 0 ? o->time_limit : EXACT_DEFAULT_SECONDS;
   for (int round = 0; round < 4; round++) {
+    /* The limit is for the whole strategy: a later round gets what is left. */
+    if (round > 0 && spent >= limit) {
+      err_set(e, "%s: exact: the layout of the solution found within the %g s time limit overflows the budget",
+              g->path, limit);
+      return NULL;
+    }
+    tight.time_limit = limit - spent;
     Plan *p = plan_exact_for_peak(g, d, &tight, si, e);
     spent += si->seconds;
     si->seconds = spent;
