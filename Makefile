@@ -28,6 +28,11 @@ DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config pyt
             clang libclang-rt-dev valgrind
 DEPS_STAMP := build/.deps-ok
 
+# The browser test renders report.html in headless Chromium, which is large:
+# installed only for `make test`, not for a plain build.
+BROWSER_PKGS := chromium fonts-dejavu-core
+BROWSER_STAMP := build/.browser-ok
+
 COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
 COMPILER_OBJ := $(COMPILER_SRC:%.c=$(BUILD)/%.o)
 RUNTIME_SRC  := $(wildcard runtime/*.c)
@@ -38,12 +43,19 @@ TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBCOMPILER := $(BUILD)/libration-compiler.a
 LIBRATION := $(BUILD)/libration.a
 
-.PHONY: all deps run test clean fuzz
+.PHONY: all deps browser-deps run test clean fuzz
 all: $(BIN) $(LIBRATION)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	@mkdir -p build && touch $@
+
+browser-deps: $(BROWSER_STAMP)
+$(BROWSER_STAMP):
+	@missing=""; for p in $(BROWSER_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	@mkdir -p build && touch $@
@@ -88,7 +100,7 @@ $(BUILD)/runtime/rt_cuda.o: runtime/rt_cuda.cu runtime/rt_backend.h runtime/rati
 $(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
 	@rm -f $@; ar rcs $@ $^
 
-test: $(BIN) $(TEST_BIN)
+test: $(BIN) $(TEST_BIN) $(BROWSER_STAMP)
 	@BUILD=$(BUILD) RATION=$(BIN) NVCC="$(NVCC)" LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  sh tests/run.sh
 

@@ -10,19 +10,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void usage(void) {
   fprintf(stderr,
           "usage: ration COMMAND ...\n"
           "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
-          "                    [--solver glpk|cbc] [--costs FILE] [-d] [--check] -o OUT\n"
+          "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check] -o OUT\n"
           "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
           "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"
           "  ration simulate GRAPH PLAN [--device D] [--trace]\n"
           "  ration info GRAPH [--device D]\n"
           "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N\n"
           "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"
+          "  ration report GRAPH --device D [--points N | --budgets LIST] [--strategies LIST]\n"
+          "                    [--time-limit SEC] [--solver glpk|cbc] [--costs FILE] -o DIR\n"
+          "      writes DIR/report.html, DIR/report.csv and DIR/report.md\n"
           "  ration version\n"
           "strategies:");
   for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(stderr, " %s", s->name);
@@ -100,14 +104,15 @@ static void dump_plan(const Plan *p, const Graph *g) {
 }
 
 static int cmd_plan(int argc, char **argv) {
-  const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL;
+  const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL, *timeline = NULL;
   PlanOptions o = {.strategy = "keep-all", .solver = "glpk", .quiet = !isatty(2)};
   bool dump = false, check = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     const char **val = !strcmp(a, "--device") ? &device_name : !strcmp(a, "--budget") ? &budget
                      : !strcmp(a, "-o") ? &out : !strcmp(a, "--strategy") ? &o.strategy
-                     : !strcmp(a, "--solver") ? &o.solver : !strcmp(a, "--costs") ? &costs : NULL;
+                     : !strcmp(a, "--solver") ? &o.solver : !strcmp(a, "--costs") ? &costs
+                     : !strcmp(a, "--timeline") ? &timeline : NULL;
     if (val) {
       if (i + 1 >= argc) die_usage("%s needs a value", a);
       *val = argv[++i];
@@ -158,6 +163,11 @@ static int cmd_plan(int argc, char **argv) {
   }
   OutFile plan_file = {path, json.data, json.len};
   if (emit_c_write(p, g, out, &plan_file, &e)) die(&e);
+  if (timeline) {
+    Buf svg = {0};
+    if (report_chart_timeline(p, g, true, &svg, &e) || util_write_file_atomic(timeline, svg.data, svg.len, &e)) die(&e);
+    buf_free(&svg);
+  }
   char b1[32], b2[32], b3[32];
   printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),
@@ -319,6 +329,119 @@ static int cmd_simulate(int argc, char **argv) {
   return 0;
 }
 
+/* Splits a comma-separated list in place. */
+static int split_list(char *list, char **items, int max) {
+  int n = 0;
+  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    if (n == max) die_usage("list too long: more than %s items", "1000");
+    items[n++] = tok;
+  }
+  return n;
+}
+
+/* The command as the report shows it: the output directory left out, so
+ * that a report does not depend on where it was written. */
+static char *report_command(int argc, char **argv) {
+  Buf b = {0};
+  buf_printf(&b, "ration report");
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+      buf_printf(&b, " -o DIR");
+      i++;
+      continue;
+    }
+    bool plain = *argv[i] != 0;
+    for (const char *c = argv[i]; *c; c++)
+      if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./%,=:+-", *c)) plain = false;
+    buf_printf(&b, plain ? " %s" : " '%s'", argv[i]);
+  }
+  return b.failed ? NULL : b.data;
+}
+
+static int cmd_report(int argc, char **argv) {
+  const char *graph_path = NULL, *device_name = NULL, *out = NULL, *costs = NULL, *points = NULL;
+  char *budgets = NULL, *strategies = NULL;
+  ReportOptions ro = {.solver = "glpk", .progress = isatty(2)};
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char **val = !strcmp(a, "--device") ? &device_name : !strcmp(a, "-o") ? &out
+                     : !strcmp(a, "--solver") ? &ro.solver : !strcmp(a, "--costs") ? &costs
+                     : !strcmp(a, "--points") ? &points : NULL;
+    char **list = !strcmp(a, "--budgets") ? &budgets : !strcmp(a, "--strategies") ? &strategies : NULL;
+    if (val || list) {
+      if (i + 1 >= argc) die_usage("%s needs a value", a);
+      if (val) *val = argv[++i];
+      else *list = argv[++i];
+    } else if (!strcmp(a, "--time-limit")) {
+      if (i + 1 >= argc) die_usage("%s needs a value", a);
+      char *end;
+      ro.time_limit = strtod(argv[++i], &end);
+      if (*end || !(ro.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i]);
+    } else if (a[0] == '-') {
+      die_usage("report: unknown option %s", a);
+    } else if (!graph_path) {
+      graph_path = a;
+    } else {
+      die_usage("report: unexpected argument %s", a);
+    }
+  }
+  if (!graph_path || !device_name || !out) die_usage("%s", "report needs GRAPH, --device D and -o DIR");
+  if (points && budgets) die_usage("%s", "report: give --points or --budgets, not both");
+  if (points) {
+    char *end;
+    long n = strtol(points, &end, 10);
+    if (*end || n < 1 || n > 1000) die_usage("--points: \"%s\" is not a number of points from 1 to 1000", points);
+    ro.npoints = (int)n;
+  }
+  char *command = report_command(argc, argv);
+  ro.command = command;
+  Err e;
+  Graph *g = graph_load(graph_path, &e);
+  if (!g) die(&e);
+  Device *d = load_device(device_name, &e);
+  if (!d) die(&e);
+  if (costs && cost_load_profile(g, costs, &e)) die(&e);
+  static char *names[1000], *sizes[1000];
+  static int64_t bytes[1000];
+  if (strategies) {
+    ro.nstrategies = split_list(strategies, names, 1000);
+    if (!ro.nstrategies) die_usage("%s", "--strategies: an empty list");
+    ro.strategies = (const char *const *)names;
+  }
+  if (budgets) {
+    ro.nbudgets = split_list(budgets, sizes, 1000);
+    if (!ro.nbudgets) die_usage("%s", "--budgets: an empty list");
+    for (int i = 0; i < ro.nbudgets; i++)
+      if ((bytes[i] = parse_budget(sizes[i], g, d, &e)) < 0) die(&e);
+    ro.budgets = bytes;
+  }
+  if (mkdir(out, 0777) && access(out, W_OK)) {
+    err_set(&e, "%s: cannot create the output directory", out);
+    die(&e);
+  }
+  Report r;
+  if (report_sweep(&r, g, d, &ro, &e)) die(&e);
+  static const char *names_out[3] = {"report.html", "report.csv", "report.md"};
+  int (*writers[3])(const Report *, Buf *) = {report_html, report_csv, report_md};
+  for (int k = 0; k < 3; k++) {
+    Buf text = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out, names_out[k]);
+    if (writers[k](&r, &text)) {
+      err_set(&e, "%s: out of memory", path);
+      die(&e);
+    }
+    if (util_write_file_atomic(path, text.data, text.len, &e)) die(&e);
+    buf_free(&text);
+    printf("%s\n", path);
+  }
+  report_free(&r);
+  free(command);
+  device_free(d);
+  graph_free(g);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage();
@@ -326,6 +449,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+  if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
   if (!strcmp(cmd, "model")) return cmd_model(argc - 2, argv + 2);

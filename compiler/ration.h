@@ -436,4 +436,79 @@ int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *
  * WHY naming each stale or missing file and what changed, -1 on error. */
 int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e);
 
+/* -------------------------------------------------------------- report */
+
+/* What a memory timeline stacks, bottom to top. */
+typedef enum {
+  REPORT_PARAMS, REPORT_GRADS, REPORT_OPTSTATE, REPORT_INPUTS, REPORT_KEPT, REPORT_RECOMPUTED,
+  REPORT_PREFETCHED, REPORT_IN_FLIGHT, REPORT_OTHER, REPORT_WORKSPACE, REPORT_KINDS
+} ReportKind;
+const char *report_kind_name(ReportKind k);
+/* Live device bytes at every step split by kind: bytes[s * REPORT_KINDS + k]
+ * (malloc'd, p->nsteps rows). Per step the kinds add up to sim_run's live
+ * bytes. NULL with e set on failure. */
+int64_t *report_timeline(const Plan *p, const Graph *g, Err *e);
+
+/* One strategy at one budget. */
+typedef struct ReportCell {
+  bool feasible;
+  char note[512];   /* why it is infeasible (the strategy's error) */
+  Predicted predicted;
+  int64_t arena_bytes, host_bytes;
+  SolverInfo solver;
+  double seconds;   /* wall clock of plan_make: the one field that varies run to run */
+} ReportCell;
+
+typedef struct ReportOptions {
+  const char *const *strategies; /* NULL: every strategy of plan_strategies[] */
+  int nstrategies;
+  const int64_t *budgets;        /* NULL: npoints points from the smallest budget to keep-all */
+  int nbudgets, npoints;
+  const char *solver;            /* NULL: the default */
+  double time_limit;             /* per plan; <= 0: each strategy's default */
+  bool progress;                 /* a progress line on stderr once the sweep takes a while */
+  const char *command;           /* how to reproduce it, shown on the page; may be NULL */
+} ReportOptions;
+
+typedef struct Report {
+  const Graph *g;
+  const Device *d;
+  char *command;
+  int nstrategies;
+  char **strategies;
+  int npoints;
+  int64_t *budgets;
+  double *fractions;     /* f of each point in m + f(k - m); negative when budgets were given */
+  int64_t min_budget;    /* m: the smallest budget the planner can meet */
+  Plan *keep_all;        /* keep-all with no budget: its step time is the reference */
+  int64_t keep_all_bytes;/* k: the budget keep-all needs (its arena; the peak when that is larger) */
+  ReportCell *cells;     /* npoints x nstrategies, row-major by point */
+  Plan *timeline;        /* the plan drawn as the memory timeline, or NULL */
+  int timeline_point;
+} Report;
+
+/* Plans every strategy at every budget point. Infeasible points are cells,
+ * not errors; -1 only when the graph cannot be planned at all. */
+int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions *o, Err *e);
+void report_free(Report *r);
+/* The index of the fastest feasible strategy at a point, or -1. */
+int report_best(const Report *r, int point);
+/* report.html, report.csv and report.md text; deterministic except for the
+ * solve seconds. */
+int report_html(const Report *r, Buf *out);
+int report_csv(const Report *r, Buf *out);
+int report_md(const Report *r, Buf *out);
+/* The byte unit a report shows sizes in: GiB, MiB or KiB, by the largest. */
+typedef struct ReportUnit {
+  double bytes;
+  const char *name;
+} ReportUnit;
+ReportUnit report_unit(int64_t largest);
+/* Text escaped for XML/HTML content and attribute values. */
+void report_xml(Buf *out, const char *s);
+/* The charts, as inline <svg> elements (report_chart.c). */
+void report_chart_time(const Report *r, Buf *out);
+void report_chart_split(const Report *r, Buf *out);
+int report_chart_timeline(const Plan *p, const Graph *g, bool standalone, Buf *out, Err *e);
+
 #endif

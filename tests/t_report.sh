@@ -1,0 +1,103 @@
+# t_report.sh - `ration report` and `ration plan --timeline` from the command
+# line: the three files are written; a second run is byte-identical except
+# for the solve seconds; the HTML parses as XML (every element closed, the
+# three charts inside) and the timeline SVG too; nothing on stderr when it is
+# not a terminal; bad arguments get one line, exit 2 and no files.
+. tests/lib.sh
+PY=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+GRAPH=models/gpt2-tiny.json
+DEV=h100-sxm-80g
+# Every strategy of the table but Checkmate's exact MILP (minutes of CBC on
+# this graph); the small graph below gets all of them.
+all=$($RATION 2>&1 | sed -n 's/^strategies: //p')
+S=$(echo "$all" | tr ' ' '\n' | grep -vx exact | paste -sd, -)
+
+for run in a b; do
+  if $RATION report $GRAPH --device $DEV --strategies "$S" -o "$tmp/$run" >"$tmp/$run.out" 2>"$tmp/$run.err" &&
+     [ -s "$tmp/$run/report.html" ] && [ -s "$tmp/$run/report.csv" ] && [ -s "$tmp/$run/report.md" ]; then
+    ok "report $run: html, csv and md written"
+  else fail "report $run: html, csv and md written" "$(cat "$tmp/$run.err")"; fi
+done
+if [ ! -s "$tmp/a.err" ]; then ok "no progress lines when stderr is not a terminal"
+else fail "no progress lines when stderr is not a terminal" "$(head -3 "$tmp/a.err")"; fi
+
+# Solve seconds are measured; everything else must not move by a byte.
+$PY - "$tmp/a" "$tmp/b" >"$tmp/det" 2>&1 <<'EOF'
+import csv, io, re, sys
+def strip(path):
+    text = open(path, encoding="utf-8").read()
+    if path.endswith(".csv"):
+        rows = list(csv.reader(io.StringIO(text)))
+        col = rows[0].index("solve_seconds")
+        for r in rows: r[col] = "X"
+        return repr(rows)
+    if path.endswith(".html"):
+        n = len(re.findall(r'<td class="secs">[0-9.]+</td>', text))
+        assert n > 0, "no solve seconds in the html"
+        return re.sub(r'<td class="secs">[0-9.]+</td>', "S", text)
+    return re.sub(r"\| [0-9]+\.[0-9]{3} \|\n", "| S |\n", text)
+bad = [f for f in ("report.html", "report.csv", "report.md")
+       if strip(sys.argv[1] + "/" + f) != strip(sys.argv[2] + "/" + f)]
+print("differ:", " ".join(bad) if bad else "none")
+EOF
+if grep -q "differ: none" "$tmp/det"; then ok "two runs are byte-identical but for the solve seconds"
+else fail "two runs are byte-identical but for the solve seconds" "$(cat "$tmp/det")"; fi
+
+$PY - "$tmp/a/report.html" >"$tmp/wf" 2>&1 <<'EOF'
+import sys, xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+path = sys.argv[1]
+root = ET.parse(path).getroot()          # raises on any unclosed or crossed element
+SVG = "{http://www.w3.org/2000/svg}"
+svgs = [e for e in root.iter() if e.tag == SVG + "svg"]
+assert len(svgs) == 3, "%d svg charts" % len(svgs)
+for s in svgs:
+    assert float(s.get("width")) > 300 and float(s.get("height")) > 200, s.attrib
+    assert sum(1 for _ in s.iter()) > 30, "a chart with almost nothing in it"
+    assert s.get("aria-label"), "a chart without a label"
+# The HTML parser's view: every non-void tag closed in order.
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__(); self.stack = []; self.err = None
+    def handle_starttag(self, tag, a):
+        if tag not in ("meta", "br", "img", "link", "hr", "input"): self.stack.append(tag)
+    def handle_startendtag(self, tag, a):
+        pass                              # <x/> opens and closes itself
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack[-1] != tag:
+            self.err = self.err or "</%s> closes <%s>" % (tag, self.stack[-1] if self.stack else "")
+        elif self.stack: self.stack.pop()
+p = P(); p.feed(open(path, encoding="utf-8").read()); p.close()
+assert not p.err and not p.stack, (p.err, p.stack)
+assert "<script" not in open(path).read(), "a script in the report"
+print("well-formed")
+EOF
+if grep -qx "well-formed" "$tmp/wf"; then ok "report.html is well-formed XHTML with three labelled SVG charts and no script"
+else fail "report.html is well-formed XHTML with three labelled SVG charts and no script" "$(tail -5 "$tmp/wf")"; fi
+
+# The small graph with every strategy, exact included.
+if $RATION report tests/data/mlp.json --device tests/data/dev.json -o "$tmp/mlp" >/dev/null 2>"$tmp/mlp.err" &&
+   [ "$(tail -n +2 "$tmp/mlp/report.csv" | wc -l)" -eq $((11 * $(echo "$all" | wc -w))) ]; then
+  ok "every strategy of the table at 11 points on the small graph"
+else fail "every strategy of the table at 11 points on the small graph" "$(cat "$tmp/mlp.err")"; fi
+
+# The timeline of one plan as a standalone SVG.
+if $RATION plan $GRAPH --device $DEV -o "$tmp/p" --timeline "$tmp/t.svg" >/dev/null 2>"$tmp/t.err" &&
+   $PY -c '
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+assert r.tag == "{http://www.w3.org/2000/svg}svg"
+text = " ".join("".join(t.itertext()) for t in r.iter("{http://www.w3.org/2000/svg}text"))
+for want in ("params", "optimizer state", "stashed, kept", "peak", "budget"): assert want in text, want
+' "$tmp/t.svg" 2>"$tmp/t.err"; then ok "plan --timeline writes a well-formed SVG with the kinds, the peak and the budget"
+else fail "plan --timeline writes a well-formed SVG with the kinds, the peak and the budget" "$(cat "$tmp/t.err")"; fi
+
+expect_fail "report: unknown strategy" 'unknown strategy "nope"' $RATION report $GRAPH --device $DEV --strategies keep-all,nope -o "$tmp/x"
+expect_fail "report: --points 0" "--points" $RATION report $GRAPH --device $DEV --points 0 -o "$tmp/x"
+expect_fail "report: --points and --budgets" "not both" $RATION report $GRAPH --device $DEV --points 3 --budgets 1GiB -o "$tmp/x"
+expect_fail "report: a bad budget in the list" '"12zz"' $RATION report $GRAPH --device $DEV --budgets 1GiB,12zz -o "$tmp/x"
+expect_fail "report: no -o" "-o DIR" $RATION report $GRAPH --device $DEV
+if [ ! -e "$tmp/x/report.html" ] && [ ! -e "$tmp/x/report.csv" ]; then ok "no report files after a rejected command"
+else fail "no report files after a rejected command"; fi
+t_done
