@@ -421,20 +421,8 @@ static int cmd_report(int argc, char **argv) {
   }
   Report r;
   if (report_sweep(&r, g, d, &ro, &e)) die(&e);
-  static const char *names_out[3] = {"report.html", "report.csv", "report.md"};
-  int (*writers[3])(const Report *, Buf *) = {report_html, report_csv, report_md};
-  for (int k = 0; k < 3; k++) {
-    Buf text = {0};
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", out, names_out[k]);
-    if (writers[k](&r, &text)) {
-      err_set(&e, "%s: out of memory", path);
-      die(&e);
-    }
-    if (util_write_file_atomic(path, text.data, text.len, &e)) die(&e);
-    buf_free(&text);
-    printf("%s\n", path);
-  }
+  if (report_write(&r, out, &e)) die(&e);
+  printf("%s/report.html, report.csv, report.md and the charts as SVG\n", out);
   report_free(&r);
   free(command);
   device_free(d);

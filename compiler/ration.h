@@ -493,6 +493,9 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
 void report_free(Report *r);
 /* The index of the fastest feasible strategy at a point, or -1. */
 int report_best(const Report *r, int point);
+/* Writes DIR/report.html, report.csv, report.md and the charts as SVG files
+ * (step-time.svg, time-split.svg, timeline.svg), each atomically. */
+int report_write(const Report *r, const char *dir, Err *e);
 /* report.html, report.csv and report.md text; deterministic except for the
  * solve seconds. */
 int report_html(const Report *r, Buf *out);

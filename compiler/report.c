@@ -144,7 +144,7 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
   for (int i = 0; i < np; i++)
     for (int j = 0; j < ns; j++) {
       double elapsed = now_seconds() - t0;
-      if (o->progress && elapsed >= 2.0) {
+      if (o->progress && elapsed >= 1.0) {
         char b1[32];
         fprintf(stderr, "\rreport: point %d of %d (%s), %-18s %6.1f s elapsed ", i + 1, np,
                 util_fmt_bytes(r->budgets[i], b1, sizeof b1), r->strategies[j], elapsed);
@@ -356,8 +356,14 @@ int report_md(const Report *r, Buf *o) {
                 "sha256 `%s`).",
              RATION_VERSION, r->g->sha256);
   if (r->command) buf_printf(o, " Made by\n\n    %s\n", r->command);
-  buf_printf(o, "\nThe charts are in report.html; every number is in report.csv.\n\n## What budget, at what cost\n\n");
+  buf_printf(o, "\nThe same with explanations is in report.html; every number is in report.csv.\n\n"
+                "## What budget, at what cost\n\n");
   answer(r, o, false);
+  buf_printf(o, "\n## Charts\n\n![Step time against memory budget, one line per strategy](step-time.svg)\n\n"
+                "![Where the time goes: the fastest plan at each budget](time-split.svg)\n");
+  if (r->timeline)
+    buf_printf(o, "\n![Memory timeline of the %s plan at point %d](timeline.svg)\n", r->timeline->strategy,
+               r->timeline_point);
   buf_printf(o, "\n## The fastest plan at each budget\n\n"
                 "| f | budget | strategy | step time | slowdown | compute | recompute | stall | peak live | arena |\n"
                 "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -499,4 +505,41 @@ int report_html(const Report *r, Buf *o) {
                 "of planning that point: it varies from run to run, and every other number on this page is the same "
                 "on every run.</p>\n</section>\n</body>\n</html>\n");
   return o->failed ? -1 : 0;
+}
+
+/* ------------------------------------------------------------- files */
+
+static int write_svg_time(const Report *r, Buf *o) {
+  report_chart_time(r, o);
+  return o->failed ? -1 : 0;
+}
+
+static int write_svg_split(const Report *r, Buf *o) {
+  report_chart_split(r, o);
+  return o->failed ? -1 : 0;
+}
+
+static int write_svg_timeline(const Report *r, Buf *o) {
+  Err e;
+  return report_chart_timeline(r->timeline, r->g, true, o, &e);
+}
+
+int report_write(const Report *r, const char *dir, Err *e) {
+  static const struct {
+    const char *name;
+    int (*make)(const Report *, Buf *);
+  } files[] = {{"report.html", report_html},     {"report.csv", report_csv},          {"report.md", report_md},
+               {"step-time.svg", write_svg_time}, {"time-split.svg", write_svg_split}, {"timeline.svg", write_svg_timeline}};
+  for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+    if (files[k].make == write_svg_timeline && !r->timeline) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, files[k].name);
+    Buf text = {0};
+    int rc = files[k].make(r, &text);
+    if (rc == 0) rc = util_write_file_atomic(path, text.data, text.len, e);
+    else err_set(e, "%s: out of memory", path);
+    buf_free(&text);
+    if (rc) return -1;
+  }
+  return 0;
 }

@@ -36,8 +36,10 @@ def strip(path):
         n = len(re.findall(r'<td class="secs">[0-9.]+</td>', text))
         assert n > 0, "no solve seconds in the html"
         return re.sub(r'<td class="secs">[0-9.]+</td>', "S", text)
-    return re.sub(r"\| [0-9]+\.[0-9]{3} \|\n", "| S |\n", text)
-bad = [f for f in ("report.html", "report.csv", "report.md")
+    if path.endswith(".md"):
+        return re.sub(r"\| [0-9]+\.[0-9]{3} \|\n", "| S |\n", text)
+    return text
+bad = [f for f in ("report.html", "report.csv", "report.md", "step-time.svg", "time-split.svg", "timeline.svg")
        if strip(sys.argv[1] + "/" + f) != strip(sys.argv[2] + "/" + f)]
 print("differ:", " ".join(bad) if bad else "none")
 EOF
@@ -71,10 +73,25 @@ class P(HTMLParser):
 p = P(); p.feed(open(path, encoding="utf-8").read()); p.close()
 assert not p.err and not p.stack, (p.err, p.stack)
 assert "<script" not in open(path).read(), "a script in the report"
+import os
+d = os.path.dirname(path)
+for f in ("step-time.svg", "time-split.svg", "timeline.svg"):
+    r = ET.parse(os.path.join(d, f)).getroot()
+    assert r.tag == SVG + "svg" and sum(1 for _ in r.iter()) > 30, f
+    assert "](%s)" % f in open(os.path.join(d, "report.md")).read(), "report.md does not show " + f
 print("well-formed")
 EOF
-if grep -qx "well-formed" "$tmp/wf"; then ok "report.html is well-formed XHTML with three labelled SVG charts and no script"
+if grep -qx "well-formed" "$tmp/wf"; then ok "report.html is well-formed XHTML with three labelled SVG charts and no script; the charts as SVG files"
 else fail "report.html is well-formed XHTML with three labelled SVG charts and no script" "$(tail -5 "$tmp/wf")"; fi
+
+# On a terminal, a sweep that runs past a second says where it is.
+t0=$(date +%s%N)
+script -qec "$RATION report models/llama3-8b.json --device h200-141g --strategies keep-all,checkpoint-layers,sqrt-n,offload-all,knapsack --points 21 -o $tmp/tty" /dev/null 2>&1 | tr '\r' '\n' >"$tmp/tty.out"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+if grep -q "^report: point [0-9]* of 21 (.* GiB), [a-z-]* *[0-9.]* s elapsed" "$tmp/tty.out" &&
+   grep -q "^report: 21 points x 5 strategies in" "$tmp/tty.out"; then ok "progress on a terminal: point i of n, strategy, elapsed (${ms} ms sweep)"
+elif [ "$ms" -lt 1500 ]; then ok "progress on a terminal: the sweep took ${ms} ms, too short to show it (note)"
+else fail "progress on a terminal: point i of n, strategy, elapsed" "$(tail -3 "$tmp/tty.out")"; fi
 
 # The small graph with every strategy, exact included.
 if $RATION report tests/data/mlp.json --device tests/data/dev.json -o "$tmp/mlp" >/dev/null 2>"$tmp/mlp.err" &&
