@@ -199,6 +199,14 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   char ident[256], file[300];
   emit_c_ident(name, ident, sizeof ident);
   snprintf(file, sizeof file, "%s.sched.c", name);
+  /* The schedule ABI indexes its flat tables with int32: count in int64
+   * first so that a huge plan is refused, not wrapped. */
+  int64_t nio64 = 0, nsio64 = 0;
+  for (int i = 0; i < g->nops; i++) nio64 += (int64_t)g->ops[i].ninputs + g->ops[i].noutputs + g->ops[i].nattrs;
+  for (int s = 0; s < p->nsteps; s++)
+    if (p->steps[s].kind == STEP_COMPUTE) nsio64 += (int64_t)g->ops[p->steps[s].op].ninputs + g->ops[p->steps[s].op].noutputs;
+  if (nio64 > INT32_MAX || nsio64 > INT32_MAX)
+    return err_set(e, "%s: the schedule's tables need more than 2^31 entries (the runtime's limit)", file);
   SyncTable sy;
   if (sync_derive(p, g, &sy, e) < 0) return -1;
   int rc = -1;

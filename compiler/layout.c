@@ -9,6 +9,8 @@
 
 #include <stdlib.h>
 
+#define LAYOUT_MAX_ARENA (1LL << 62)
+
 typedef struct Item {
   int buf;
   int64_t bytes;
@@ -70,7 +72,9 @@ static int64_t place_space(Plan *p, Space space, const int *first, const int *la
     }
     p->buffers[it->buf].offset = best >= 0 ? best : cursor;
     insert_sorted(placed, &nplaced, it->buf, p->buffers);
+    /* Every end so far is below 2^62, so the sum and the next alignment are exact. */
     int64_t end = p->buffers[it->buf].offset + it->bytes;
+    if (end > LAYOUT_MAX_ARENA) return -1;
     if (end > top) top = end;
   }
   return top;
@@ -92,6 +96,10 @@ int layout_assign(Plan *p, const Graph *g, Err *e) {
   }
   p->arena_bytes = place_space(p, SPACE_DEVICE, first, last, items, placed, scratch);
   p->host_bytes = place_space(p, SPACE_HOST, first, last, items, placed, scratch);
+  if (p->arena_bytes < 0 || p->host_bytes < 0) {
+    err_set(e, "%s: layout: an arena would be over 2^62 bytes", g->path);
+    goto out;
+  }
   rc = 0;
 out:
   free(first);

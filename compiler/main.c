@@ -70,7 +70,12 @@ static int64_t parse_budget(const char *arg, const Graph *g, const Device *d, Er
     }
     int64_t peak = plan_keep_all_peak(g, d, e);
     if (peak < 0) return -1;
-    return (int64_t)((double)peak * pct / 100.0);
+    double v = (double)peak * pct / 100.0;
+    if (v > (double)JSON_MAX_BYTES) {
+      err_set(e, "--budget: \"%s\" of the keep-all peak is over the limit of 2^53 bytes (8 PiB)", arg);
+      return -1;
+    }
+    return (int64_t)v;
   }
   char *end;
   long long v = strtoll(arg, &end, 10);

@@ -42,6 +42,7 @@ void plan_free(Plan *p) {
 
 static bool grow(void **arr, int count, int *cap, size_t elem) {
   if (count < *cap) return true;
+  if (count >= PLAN_MAX_ENTRIES) return false;
   int bigger_cap = *cap ? *cap * 2 : 64;
   void *bigger = realloc(*arr, (size_t)bigger_cap * elem);
   if (!bigger) return false;

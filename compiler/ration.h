@@ -250,6 +250,10 @@ typedef struct Plan {
   int buffers_cap, steps_cap; /* allocation sizes of the two arrays */
 } Plan;
 
+/* Steps and buffers a plan may hold: beyond it plan_add_* fail (sync and
+ * the schedule tables count in int). */
+#define PLAN_MAX_ENTRIES (1 << 26)
+
 Plan *plan_new(const Graph *g);
 void plan_free(Plan *p);
 int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space space);

@@ -109,7 +109,11 @@ typedef struct Builder {
   Err *e;
 } Builder;
 
-static int oom(Builder *b) { return err_set(b->e, "%s: out of memory while scheduling", b->g->path); }
+static int oom(Builder *b) {
+  if (b->p->nsteps >= PLAN_MAX_ENTRIES || b->p->nbuffers >= PLAN_MAX_ENTRIES)
+    return err_set(b->e, "%s: the schedule needs more than %d steps or buffers (the limit)", b->g->path, PLAN_MAX_ENTRIES);
+  return err_set(b->e, "%s: out of memory while scheduling", b->g->path);
+}
 
 static int emit_compute(Builder *b, int op, bool recompute) {
   const Graph *g = b->g;

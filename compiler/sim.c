@@ -247,10 +247,15 @@ static int check_overlaps(const Plan *p, const Graph *g, const int *first, const
 }
 
 static int check_buffers(const Plan *p, const Graph *g, Err *e) {
-  int64_t host_end = 0;
+  int64_t host_end = 0, total[2] = {0, 0};
   for (int b = 0; b < p->nbuffers; b++) {
     const Buffer *bf = &p->buffers[b];
     int64_t end;
+    /* Live bytes are sums of buffer bytes: bounding the total keeps every
+     * later sum exact. */
+    if (bf->bytes < 0 || (bf->space != SPACE_DEVICE && bf->space != SPACE_HOST) ||
+        !util_add_i64(total[bf->space], bf->bytes, &total[bf->space]))
+      return err_set(e, "%s: buffers[%d].bytes: the buffers add up to more than 2^63 bytes", plan_name(p), b);
     if (bf->offset < 0 || !util_add_i64(bf->offset, bf->bytes, &end))
       return err_set(e, "%s: buffers[%d].offset: %" PRId64 " is not a valid offset", plan_name(p), b, bf->offset);
     if (bf->tensor >= 0 && bf->bytes != g->tensors[bf->tensor].bytes)
