@@ -229,7 +229,8 @@ int main(int argc, char **argv) {
       times[timed++] = st.step_seconds;
     }
     if (it == 1 || it % 25 == 0 || it == steps)
-      printf("step %4d  loss %.4f  (%.1f ms/step)\n", it, l, 1e3 * st.step_seconds);
+      printf("step %4d  loss %.4f  (%.1f ms/step: kernels %.1f, waiting for copies %.1f)\n", it, l,
+             1e3 * st.step_seconds, 1e3 * st.kernel_seconds, 1e3 * st.wait_seconds);
   }
   printf("loss %.4f at step 1, %.4f over the last %d steps (ln 256 = %.4f)\n", first_loss, tail_loss, tail,
          log(256.0));

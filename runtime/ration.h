@@ -119,7 +119,9 @@ typedef struct rt_Stats {
   double step_seconds;       /* the last step, wall clock */
   double kernel_seconds;     /* the last step: time inside kernels */
   double wait_seconds;       /* the last step: compute stream blocked on copies */
-  double overhead_seconds;   /* the last step: everything else (the executor) */
+  double overhead_seconds;   /* the last step: the executor's own cost, as CPU time of the
+                                calling thread outside kernels (not inflated by copy threads
+                                or other processes competing for the cores) */
 } rt_Stats;
 
 /* Opens SCHED: allocates the device and host arenas once, looks up every
