@@ -18,10 +18,6 @@ else
 BUILD   := build/rel
 BIN     := bin/ration
 endif
-# The plan reader is landing; targets that use it are built once it exists.
-ifneq ($(wildcard compiler/plan_read.c),)
-CPPFLAGS += -DRATION_PLAN_READ
-endif
 
 # Debian packages the build and tests need; installed when missing.
 DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config python3-torch python3-numpy \
@@ -111,7 +107,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build/fuzz
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_OBJ     := $(COMPILER_SRC:%.c=$(FUZZ_BUILD)/%.o)
-FUZZ_TARGETS := graph device pipeline $(if $(wildcard compiler/plan_read.c),plan)
+FUZZ_TARGETS := graph device plan pipeline
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 $(FUZZ_BUILD)/%.o: %.c compiler/ration.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)

@@ -106,9 +106,8 @@ static inline const char *fuzz_device_one(const uint8_t *data, size_t size) {
   return why;
 }
 
-/* The emitters' output for a plan: JSON, and the C schedule when the plan
- * is complete. With the plan reader, the JSON must read back to a plan
- * that emits the same bytes. */
+/* The emitters' output for a plan: JSON and the C schedule; the JSON must
+ * read back to a plan that emits the same bytes. */
 static const char *fuzz_check_emit(const Plan *p, const Graph *g) {
   Buf j1 = {0}, c = {0}, h = {0};
   Err e = {{0}};
@@ -116,7 +115,6 @@ static const char *fuzz_check_emit(const Plan *p, const Graph *g) {
   if (emit_plan_json(p, g, &j1)) why = "emit_plan_json failed";
   if (!why && (emit_c_source(p, g, "fuzz", &c, &e) || emit_c_header(p, g, "fuzz", &h, &e)))
     why = fuzz_broke("emit_c failed: %s", e.msg);
-#ifdef RATION_PLAN_READ
   if (!why) {
     Plan *q = plan_parse("fuzz.plan.json", j1.data, j1.len, g, &e);
     Buf j2 = {0};
@@ -126,7 +124,6 @@ static const char *fuzz_check_emit(const Plan *p, const Graph *g) {
     buf_free(&j2);
     plan_free(q);
   }
-#endif
   buf_free(&j1);
   buf_free(&c);
   buf_free(&h);
@@ -185,7 +182,6 @@ static inline const char *fuzz_pipeline_one(const uint8_t *data, size_t size) {
   return why;
 }
 
-#ifdef RATION_PLAN_READ
 /* The plan loader against one fixed small graph (tests/data/mlp.json, so
  * that the seed plans' sha256 matches). */
 static inline const char *fuzz_plan_one(const uint8_t *data, size_t size) {
@@ -218,6 +214,5 @@ static inline const char *fuzz_plan_one(const uint8_t *data, size_t size) {
   plan_free(p);
   return why;
 }
-#endif
 
 #endif
