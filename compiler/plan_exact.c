@@ -564,6 +564,14 @@ Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, So
     Plan *p = plan_exact_for_peak(g, d, &tight, si, e);
     spent += si->seconds;
     si->seconds = spent;
+    if (!p && round > 0) {
+      /* The tightened budget is not the user's: say what really failed. */
+      char b1[32], b2[32];
+      err_set(e, "%s: exact: a solution fits the budget of %s in live bytes but not once laid out, and none fits "
+                 "with %s left for the layout's alignment and fragmentation", g->path,
+              util_fmt_bytes(o->budget_bytes, b1, sizeof b1), util_fmt_bytes(o->budget_bytes - tight.budget_bytes, b2, sizeof b2));
+      return NULL;
+    }
     if (!p || p->arena_bytes <= o->budget_bytes) return p;
     tight.budget_bytes -= p->arena_bytes - o->budget_bytes;
     plan_free(p);
