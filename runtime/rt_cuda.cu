@@ -27,6 +27,8 @@ struct Cuda {
   cudaEvent_t *ev;
   int nevents;
   unsigned char *dev, *host;
+  unsigned char *host_dev; /* the host arena as the device addresses it */
+  size_t host_size;
   rt_CudaKernelCtx *kctx;
   bool debug;
   unsigned seed, delay_us;
@@ -42,6 +44,12 @@ int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
     cudaError_t e_ = (call);                                        \
     if (e_ != cudaSuccess) return cuda_fail(e_, what, err, errlen); \
   } while (0)
+
+/* Fills N bytes; DST may be the device view of the pinned host arena. */
+__global__ void fill_kernel(unsigned char *dst, int byte, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = (unsigned char)byte;
+}
 
 /* Holds a copy stream back for about NS nanoseconds of device time. */
 __global__ void spin_kernel(long long ns) {
@@ -74,6 +82,8 @@ int cuda_open_inner(Cuda *c, int64_t arena_bytes, int64_t host_bytes, char *err,
   CK(cudaMemset(c->dev, 0, db), "memset");
   CK(cudaMallocHost((void **)&c->host, hb), "cudaMallocHost of the host arena");
   memset(c->host, 0, hb);
+  c->host_size = hb;
+  CK(cudaHostGetDevicePointer((void **)&c->host_dev, c->host, 0), "device view of the host arena");
   char kerr[256] = "";
   if (rt_cuda_kernel_ctx_create(&c->kctx, (void *)c->st[RT_STREAM_COMPUTE], kerr, sizeof kerr) != 0) {
     c->kctx = NULL;
@@ -141,8 +151,17 @@ int cuda_copy(void *ctx, int stream, void *dst, const void *src, int64_t bytes, 
 
 int cuda_fill(void *ctx, int stream, void *dst, int byte, int64_t bytes, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
-  /* The host arena is pinned, hence device-addressable under UVA. */
-  CK(cudaMemsetAsync(dst, byte, (size_t)bytes, c->st[stream]), "memset");
+  unsigned char *p = (unsigned char *)dst;
+  if (bytes <= 0) return RT_OK;
+  if (p >= c->host && p < c->host + c->host_size) {
+    /* Pinned host bytes, in stream order: a kernel writing through the
+     * device's mapping of them (cudaMemset takes device memory only). */
+    size_t n = (size_t)bytes, blocks = (n + 255) / 256;
+    fill_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, c->st[stream]>>>(c->host_dev + (p - c->host), byte, n);
+    CK(cudaGetLastError(), "host fill");
+  } else {
+    CK(cudaMemsetAsync(dst, byte, (size_t)bytes, c->st[stream]), "memset");
+  }
   return RT_OK;
 }
 
