@@ -1,12 +1,12 @@
 #!/bin/sh
 # bench_runtime.sh - the runtime against the planner's predictions on the CPU
-# backend. For gpt2-tiny and llama-tiny: profile 12 keep-all steps
-# (rt_write_profile), then plan with those measured costs (--costs) under
-# every strategy at several budgets, build examples/train.c against each
-# emitted schedule and run 12 steps. Prints a Markdown table: predicted step
+# backend. For gpt2-tiny and llama-tiny, under every strategy at several
+# budgets: profile STEPS keep-all steps (rt_write_profile), plan with those
+# measured costs (--costs), build examples/train.c against the emitted
+# schedule and run STEPS steps. Prints a Markdown table: predicted step
 # time (the simulator's, from measured op costs) against the measured median
-# (steps 2..12), their ratio, and the executor's overhead (step time minus
-# kernels and copy waits) as a share of the step.
+# (steps 2..STEPS), their ratio, and the executor's overhead (the calling
+# thread's CPU time outside kernels) as a share of the step.
 # Usage (repo root, after make): sh bench/bench_runtime.sh [STEPS]
 set -e
 BUILD=${BUILD:-build/rel}
@@ -28,11 +28,12 @@ for model in gpt2-tiny llama-tiny; do
   g=models/$model.json
   $R plan $g --device $DEV --budget 200% -o "$tmp/prof" >/dev/null
   build "$tmp/prof" "$tmp/train-prof"
-  "$tmp/train-prof" --steps "$STEPS" --sample 0 --profile "$tmp/$model.costs.json" >/dev/null
   for s in $strategies; do
     for pct in 100 80 60 45; do
       [ "$s" = keep-all ] && [ $pct != 100 ] && continue
       b=$pct%; [ "$s" = keep-all ] && b=200%
+      # Profile right before planning: the machine's load drifts.
+      "$tmp/train-prof" --steps "$STEPS" --sample 0 --profile "$tmp/$model.costs.json" >/dev/null
       if ! $R plan $g --device $DEV --costs "$tmp/$model.costs.json" --strategy "$s" --budget $b --time-limit 20 \
            -o "$tmp/$model" >/dev/null 2>"$tmp/err"; then
         echo "| $model | $s | $pct | infeasible | | | |"; continue

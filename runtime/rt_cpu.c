@@ -99,7 +99,9 @@ static void enqueue(Cpu *c, int stream, Job j) {
   while (st->count == RING) pthread_cond_wait(&c->cv, &c->mu);
   st->ring[(st->head + st->count) % RING] = j;
   st->count++;
-  pthread_cond_broadcast(&c->cv);
+  /* Only an idle stream thread sleeps waiting for work: a busy one finds
+   * this job when it loops, without a wake-up (a syscall) per job. */
+  if (st->count == 1 && !st->busy) pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
 }
 
