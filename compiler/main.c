@@ -20,7 +20,7 @@ static void usage(void) {
           "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check] -o OUT\n"
           "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
           "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"
-          "  ration simulate GRAPH PLAN [--device D] [--trace]\n"
+          "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"
           "  ration info GRAPH [--device D]\n"
           "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N\n"
           "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"
@@ -283,12 +283,13 @@ static int cmd_model(int argc, char **argv) {
 }
 
 static int cmd_simulate(int argc, char **argv) {
-  const char *graph_path = NULL, *plan_path = NULL, *device_name = NULL;
+  const char *graph_path = NULL, *plan_path = NULL, *device_name = NULL, *costs = NULL;
   bool trace = false;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--device")) {
+    if (!strcmp(argv[i], "--device") || !strcmp(argv[i], "--costs")) {
       if (i + 1 >= argc) die_usage("%s needs a value", argv[i]);
-      device_name = argv[++i];
+      *(!strcmp(argv[i], "--device") ? &device_name : &costs) = argv[i + 1];
+      i++;
     } else if (!strcmp(argv[i], "--trace")) {
       trace = true;
     } else if (argv[i][0] == '-') {
@@ -307,6 +308,7 @@ static int cmd_simulate(int argc, char **argv) {
   if (!g) die(&e);
   Plan *p = plan_load(plan_path, g, &e);
   if (!p) die(&e);
+  if (costs && cost_load_profile(g, costs, &e)) die(&e);
   Device *d = load_device(device_name ? device_name : p->device, &e);
   if (!d) die(&e);
   SimResult r;
