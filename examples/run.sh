@@ -3,8 +3,8 @@
 #   1. generate gpt2-tiny (the command of models/README.md)
 #   2. measure its op times: a keep-all schedule, 5 profiled steps
 #   3. plan it with those costs at the midpoint budget, halfway between the
-#      smallest budget the strategy can meet (found by bisection) and the
-#      keep-all peak, and emit the C schedule
+#      smallest budget the strategy can meet (the one its error names, or
+#      found by bisection) and the keep-all peak, and emit the C schedule
 #   4. build examples/train.c against that schedule and libration (with the
 #      CUDA backend when it was built; it is used when a GPU is present)
 #   5. train on the bytes of the GPL-3 text: falling loss, a sample, the
@@ -53,8 +53,12 @@ keep=$($R info $OUT/gpt2-tiny.json --device $DEV | sed -n 's/^  keep-all .*(\([0
 lo=$($R info $OUT/gpt2-tiny.json --device $DEV | sed -n 's/^  lower bound .*(\([0-9]*\) bytes)$/\1/p')
 fits() { $R plan $OUT/gpt2-tiny.json --device $DEV --costs $OUT/gpt2-tiny.costs.json --strategy $STRATEGY \
            --budget "$1" --time-limit 10 -o $OUT/probe >/dev/null 2>&1; }
+named=$($R plan $OUT/gpt2-tiny.json --device $DEV --costs $OUT/gpt2-tiny.costs.json --strategy $STRATEGY \
+          --budget 1 --time-limit 10 -o $OUT/probe 2>&1 | sed -n 's/.*the smallest budget the planner can meet is \([0-9]*\) bytes.*/\1/p')
 if [ "$STRATEGY" = keep-all ]; then
   min=$keep
+elif [ -n "$named" ] && fits "$named"; then
+  min=$named
 else
   hi=$keep
   while ! fits $hi; do hi=$((hi + hi / 8)); done

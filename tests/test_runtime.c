@@ -171,11 +171,23 @@ static Plan *try_plan(const Graph *g, const Device *d, const char *strategy, int
   return plan_make(g, d, &po, &e);
 }
 
-/* The smallest budget (to within 2% of keep-all) the strategy meets, by
- * bisection; -1 when it cannot even meet 130% of the keep-all peak. */
+/* The smallest budget the strategy meets: the one its infeasibility error
+ * names when it names one (the ilp does), else found by bisection to within
+ * 2% of keep-all; -1 when it cannot even meet 130% of the keep-all peak. */
 static int64_t smallest_feasible(const Graph *g, const Device *d, const char *strategy, int64_t keep_peak) {
+  PlanOptions po = {strategy, "glpk", 1, 5.0, true};
+  Err e = {{0}};
+  Plan *p = plan_make(g, d, &po, &e);
+  const char *named = strstr(e.msg, "the smallest budget the planner can meet is ");
+  long long m;
+  plan_free(p);
+  if (named && sscanf(named + strlen("the smallest budget the planner can meet is "), "%lld", &m) == 1 &&
+      (p = try_plan(g, d, strategy, (int64_t)m))) {
+    plan_free(p);
+    return (int64_t)m;
+  }
   int64_t lo = 0, hi = keep_peak + keep_peak / 20;
-  Plan *p = try_plan(g, d, strategy, hi);
+  p = try_plan(g, d, strategy, hi);
   if (!p) p = try_plan(g, d, strategy, hi = keep_peak + keep_peak * 3 / 10);
   if (!p) return -1;
   plan_free(p);
