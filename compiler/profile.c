@@ -2,8 +2,9 @@
  * profile.c - reads a "ration-costs/1" file (written by libration's
  * rt_write_profile from measured runs) into a graph's per-op time_us, so
  * `ration plan --costs FILE` plans with measured rather than roofline op
- * times. All or nothing: the graph is only changed when the whole file is
- * valid. Ops the file does not name keep their modelled cost.
+ * times, and its optional measured copy bandwidths ("d2h_gbps", "h2d_gbps")
+ * into the device. All or nothing: nothing is changed unless the whole file
+ * is valid. Ops the file does not name keep their modelled cost.
  */
 #include "ration.h"
 
@@ -46,6 +47,28 @@ int cost_load_profile(Graph *g, const char *path, Err *e) {
   rc = 0;
 done:
   free(us);
+  cJSON_Delete(root);
+  return rc;
+}
+
+int cost_load_profile_links(Device *d, const char *path, Err *e) {
+  size_t len;
+  char *text = json_read(path, &len, e);
+  if (!text) return -1;
+  cJSON *root = json_parse(path, text, len, "ration-costs/1", e);
+  free(text);
+  if (!root) return -1;
+  static const char *const keys[] = {"d2h_gbps", "h2d_gbps"};
+  double rate[2] = {d->d2h_gbps, d->h2d_gbps};
+  int rc = 0;
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    const cJSON *it = json_get(root, keys[k]);
+    JsonPath pk = {NULL, keys[k], 0};
+    if (!it) continue;
+    if (json_nonneg(path, &pk, it, &rate[k], e)) rc = -1;
+    else if (!(rate[k] > 0)) rc = json_err(e, path, &pk, "must be > 0");
+  }
+  if (rc == 0) d->d2h_gbps = rate[0], d->h2d_gbps = rate[1];
   cJSON_Delete(root);
   return rc;
 }

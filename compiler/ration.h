@@ -199,6 +199,8 @@ double cost_d2h_seconds(const Device *d, int64_t bytes);
 double cost_h2d_seconds(const Device *d, int64_t bytes);
 /* Overrides op times with a ration-costs/1 file ({"ops": {"name": us}}). */
 int cost_load_profile(Graph *g, const char *path, Err *e);
+/* The same file's optional measured "d2h_gbps" / "h2d_gbps" into the device. */
+int cost_load_profile_links(Device *d, const char *path, Err *e);
 
 /* ---------------------------------------------------------------- plan */
 

@@ -157,7 +157,8 @@ int rt_stats(const rt_Session *s, rt_Stats *st);
  * steps run, the first (cold) one left out when there are more; -1 when it
  * never ran. */
 double rt_op_seconds(const rt_Session *s, int op);
-/* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}}. */
+/* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}},
+ * plus "d2h_gbps" and "h2d_gbps" when the backend measured its copies. */
 int rt_write_profile(rt_Session *s, const char *path);
 
 /* Fault injection for tests (Lua's ltests idea): from this call on, the

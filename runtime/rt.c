@@ -768,7 +768,15 @@ int rt_write_profile(rt_Session *s, const char *path) {
     json_str(f, s->sc->ops[o].name);
     fprintf(f, ": %.3f", sec * 1e6);
   }
-  fprintf(f, "\n }\n}\n");
+  fprintf(f, "\n }");
+  /* Measured copy bandwidths, for the simulator's copy times. */
+  static const char *const keys[] = {NULL, "d2h_gbps", "h2d_gbps"};
+  for (int st = RT_STREAM_D2H; st <= RT_STREAM_H2D && s->be->copy_totals; st++) {
+    double bytes = 0, sec = 0;
+    s->be->copy_totals(s->ctx, st, &bytes, &sec);
+    if (bytes > 0 && sec > 0) fprintf(f, ",\n \"%s\": %.4f", keys[st], bytes / sec / 1e9);
+  }
+  fprintf(f, "\n}\n");
   bool bad = ferror(f) != 0;
   if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
     remove(tmp);

@@ -36,6 +36,9 @@ typedef struct rt_Backend {
   /* Synchronous copies between caller memory and an arena, streams idle. */
   int (*upload)(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
   int (*download)(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
+  /* Bytes copied on STREAM and the seconds the copies took, since open
+   * (NULL: not measured). Call with the streams idle. */
+  void (*copy_totals)(void *ctx, int stream, double *bytes, double *seconds);
 } rt_Backend;
 
 /* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND and

@@ -32,6 +32,7 @@ typedef struct Stream {
   Job ring[RING];
   int head, count;
   unsigned seed;
+  double copied_bytes, copy_seconds; /* measured memcpy work, for profiles */
 } Stream;
 
 typedef struct Cpu {
@@ -80,7 +81,13 @@ static void *stream_main(void *arg) {
       pthread_mutex_unlock(&c->mu);
       if (j.kind == JOB_COPY) {
         if (c->debug) copy_delay(&st->seed, c->delay_us);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         memcpy(j.dst, j.src, (size_t)j.bytes);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        /* Only this thread writes them; readers wait for the stream to idle. */
+        st->copied_bytes += (double)j.bytes;
+        st->copy_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
       } else {
         memset(j.dst, j.byte, (size_t)j.bytes);
       }
@@ -240,6 +247,14 @@ static int cpu_transfer(void *ctx, void *dst, const void *src, int64_t bytes, ch
   return RT_OK;
 }
 
+static void cpu_copy_totals(void *ctx, int stream, double *bytes, double *seconds) {
+  Cpu *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  *bytes = stream == RT_STREAM_COMPUTE ? 0 : c->streams[stream].copied_bytes;
+  *seconds = stream == RT_STREAM_COMPUTE ? 0 : c->streams[stream].copy_seconds;
+  pthread_mutex_unlock(&c->mu);
+}
+
 const rt_Backend rt_backend_cpu = {
     .name = "cpu",
     .warm_up = false,
@@ -255,4 +270,5 @@ const rt_Backend rt_backend_cpu = {
     .sync = cpu_sync,
     .upload = cpu_transfer,
     .download = cpu_transfer,
+    .copy_totals = cpu_copy_totals,
 };

@@ -1,7 +1,9 @@
 # t_profile.sh - profile-guided planning end to end: a trainer linked with an
 # emitted gpt2-tiny schedule writes measured op times (--profile, libration's
 # rt_write_profile), `ration plan --costs` reads them, and the plan's
-# predicted compute time is exactly the sum of the measured times.
+# predicted compute time is exactly the sum of the measured times; an
+# offload-all run also writes its measured copy bandwidths, which the
+# simulator's copy times then follow.
 . tests/lib.sh
 BUILD=${BUILD:-build/rel}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -28,4 +30,26 @@ if $RATION plan $g --device budgets/cpu.json --budget 200% --costs "$tmp/costs.j
   if [ "$sum" = "$got" ]; then ok "plan --costs: predicted compute $got s = the profile's sum"
   else fail "plan --costs: predicted compute = the profile's sum" "plan $got s, profile $sum s"; fi
 else fail "plan --costs reads the profile" "$(cat "$tmp/log")"; fi
+
+# Copies: an offload-all schedule's profile carries the measured copy
+# bandwidths, and the simulator's copy times follow them.
+case " $($RATION 2>&1 | sed -n 's/^strategies: //p') " in *" offload-all "*)
+  if $RATION plan $g --device budgets/cpu.json --strategy offload-all --budget 60% -o "$tmp/o" >"$tmp/log" 2>&1 &&
+     cc $san -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I"$tmp" -DSCHED_HEADER='"o.sched.h"' \
+       -DSCHED_ENTRY=ration_schedule_o -o "$tmp/train-o" examples/train.c "$tmp/o.sched.c" "$BUILD/libration.a" \
+       -lm -lpthread >>"$tmp/log" 2>&1 &&
+     "$tmp/train-o" --steps 2 --sample 0 --profile "$tmp/o.costs.json" >>"$tmp/log" 2>&1 &&
+     grep -q '"d2h_gbps": [0-9]*\.[0-9]*[1-9]' "$tmp/o.costs.json" && grep -q '"h2d_gbps": [0-9]*\.[0-9]*[1-9]' "$tmp/o.costs.json"
+  then ok "offload-all profile: measured d2h_gbps and h2d_gbps"
+  else fail "offload-all profile: measured d2h_gbps and h2d_gbps" "$(tail -3 "$tmp/log"; tail -3 "$tmp/o.costs.json")"; fi
+  sed 's/"h2d_gbps": [0-9.]*/"h2d_gbps": 0.001/; s/"d2h_gbps": [0-9.]*/"d2h_gbps": 0.001/' "$tmp/o.costs.json" >"$tmp/slow.json"
+  fast=$($RATION simulate $g "$tmp/o.plan.json" --costs "$tmp/o.costs.json" | sed -n 's/^step_seconds \([0-9.e+-]*\) .*/\1/p')
+  slow=$($RATION simulate $g "$tmp/o.plan.json" --costs "$tmp/slow.json" | sed -n 's/^step_seconds \([0-9.e+-]*\) .*/\1/p')
+  if [ -n "$fast" ] && [ -n "$slow" ] && awk "BEGIN { exit !($slow > 10 * $fast) }"; then
+    ok "simulate --costs: copy times follow the profile's bandwidths ($fast s, at 1 MB/s $slow s)"
+  else fail "simulate --costs: copy times follow the profile's bandwidths" "fast '$fast', slow '$slow'"; fi
+  sed 's/"h2d_gbps": [0-9.]*/"h2d_gbps": -2/' "$tmp/o.costs.json" >"$tmp/bad.json"
+  expect_fail "plan --costs with a negative bandwidth" "$tmp/bad.json: h2d_gbps: must be >= 0, got -2" \
+    $RATION plan $g --device budgets/cpu.json --costs "$tmp/bad.json" -o "$tmp/bad";;
+esac
 t_done
