@@ -13,7 +13,7 @@ fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 chrome() { win=$1; shift; "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars \
   --user-data-dir="$tmp/profile" --window-size=1000,"$win" "$@" 2>>"$tmp/chrome.err"; }
-S=$($RATION 2>&1 | sed -n 's/^strategies: //p' | tr ' ' '\n' | grep -vx exact | paste -sd, -)
+S=$($RATION 2>&1 | sed -n 's/^strategies: //p' | tr ' ' '\n' | grep -vx -e exact -e ilp | paste -sd, -)
 $RATION report models/gpt2-tiny.json --device h100-sxm-80g --strategies "$S" -o "$tmp/r" >/dev/null 2>&1
 
 sed 's#</body>#<script>var o=[];document.querySelectorAll("svg").forEach(function(s){var r=s.getBoundingClientRect();o.push([r.left,r.top+window.scrollY,r.width,r.height,s.querySelectorAll("*").length].map(Math.round).join(","))});var p=document.createElement("pre");p.id="measure";p.textContent=document.documentElement.scrollHeight+";"+o.join(";");document.body.appendChild(p);</script></body>#' \
