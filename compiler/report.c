@@ -529,16 +529,21 @@ int report_write(const Report *r, const char *dir, Err *e) {
     int (*make)(const Report *, Buf *);
   } files[] = {{"report.html", report_html},     {"report.csv", report_csv},          {"report.md", report_md},
                {"step-time.svg", write_svg_time}, {"time-split.svg", write_svg_split}, {"timeline.svg", write_svg_timeline}};
-  for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+  enum { NFILES = sizeof files / sizeof files[0] };
+  char path[NFILES][4096];
+  Buf text[NFILES] = {{0}};
+  OutFile out[NFILES];
+  int n = 0, rc = 0;
+  /* Every file is made first and written as one set: a failure leaves the
+   * previous report whole. */
+  for (size_t k = 0; k < NFILES && rc == 0; k++) {
     if (files[k].make == write_svg_timeline && !r->timeline) continue;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, files[k].name);
-    Buf text = {0};
-    int rc = files[k].make(r, &text);
-    if (rc == 0) rc = util_write_file_atomic(path, text.data, text.len, e);
-    else err_set(e, "%s: out of memory", path);
-    buf_free(&text);
-    if (rc) return -1;
+    snprintf(path[n], sizeof path[n], "%s/%s", dir, files[k].name);
+    if (files[k].make(r, &text[n])) rc = err_set(e, "%s: out of memory", path[n]);
+    out[n] = (OutFile){path[n], text[n].data, text[n].len};
+    n++;
   }
-  return 0;
+  if (rc == 0) rc = util_write_files_atomic(out, n, e);
+  for (int k = 0; k < n; k++) buf_free(&text[k]);
+  return rc;
 }
