@@ -343,6 +343,12 @@ Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, So
  * retry): the optimum that the family's gap is measured against. */
 Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e);
 
+/* The ILP (plan_ilp.c): decide, its model's peak for any decision vector
+ * (equal to the simulator's), and the smallest arena it can reach. */
+int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
+int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
+int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
@@ -372,6 +378,50 @@ int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, in
 int info_lower_bound(const Graph *g, int64_t *resident, int64_t *working_set, int *at_op);
 /* The `ration info` report; d may be NULL (then no compute time). */
 int info_report(const Graph *g, const Device *d, Buf *out, Err *e);
+
+/* ---------------------------------------------------------------- milp */
+
+/* A solver-neutral mixed-integer program: minimize obj.x + obj_offset over
+ * columns within [col_lb, col_ub] (integer where col_int) subject to
+ * row_lb <= A x <= row_ub (+-HUGE_VAL for an open side). */
+typedef struct Milp {
+  int ncols, nrows, nnz;
+  double *obj, *col_lb, *col_ub;
+  bool *col_int;
+  double *row_lb, *row_ub;
+  int *nz_row, *nz_col; /* triplets */
+  double *nz_val;
+  double obj_offset;
+  double *start; /* a feasible solution to start from (ncols entries), or NULL */
+  bool failed;   /* an allocation failed while building */
+  int cap_cols, cap_rows, cap_nz;
+} Milp;
+
+typedef struct MilpOptions {
+  const char *solver; /* glpk | cbc */
+  double time_limit;  /* seconds, <= 0: none */
+  double mip_gap;     /* relative gap at which a solution counts as optimal */
+  bool quiet;         /* no progress lines on stderr */
+  bool lp_only;       /* solve the LP relaxation only */
+} MilpOptions;
+
+typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MILP_NO_SOLUTION } MilpStatus;
+
+typedef struct MilpResult {
+  MilpStatus status;
+  double *x; /* ncols values when a solution exists */
+  double objective, bound, gap, seconds;
+} MilpResult;
+
+/* Column or row index, -1 after an allocation failure (then m->failed). */
+int milp_col(Milp *m, double lb, double ub, double obj, bool integer);
+int milp_row(Milp *m, double lb, double ub, int n, const int *cols, const double *vals);
+void milp_free(Milp *m);
+/* Largest bound or row violation of x, relative to the row's bounds. */
+double milp_violation(const Milp *m, const double *x);
+/* 0 with r filled (any status), -1 with e set on an internal failure. */
+int milp_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e);
+void milp_result_free(MilpResult *r);
 
 /* --------------------------------------------------------------- emit */
 

@@ -1,0 +1,349 @@
+/*
+ * milp.c - a solver-neutral mixed-integer program (columns with bounds,
+ * integrality and objective; sparse rows with two-sided bounds; an optional
+ * starting solution) and its two back ends: GLPK (the default) and COIN-OR
+ * CBC through its C interface. Planners build one Milp and never touch a
+ * solver API, so both solvers see the same model.
+ *
+ * GLPK: the LP relaxation is solved first by the simplex with its presolver,
+ * then branch and bound starts from that basis without the MIP presolver, so
+ * that the tree works on the original columns and the starting solution can
+ * be handed over as a heuristic solution (glp_ios_heur_sol).
+ */
+#include "ration.h"
+
+#include <coin/Cbc_C_Interface.h>
+#include <glpk.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static bool grow(void **arr, int need, int *cap, size_t elem) {
+  if (need <= *cap) return true;
+  int n = *cap ? *cap : 256;
+  while (n < need) n *= 2;
+  void *p = realloc(*arr, (size_t)n * elem);
+  if (!p) return false;
+  *arr = p;
+  *cap = n;
+  return true;
+}
+
+int milp_col(Milp *m, double lb, double ub, double obj, bool integer) {
+  if (m->failed) return -1;
+  if (m->ncols == m->cap_cols) {
+    int n = m->cap_cols ? 2 * m->cap_cols : 256;
+    double *a = realloc(m->col_lb, (size_t)n * sizeof(double));
+    if (a) m->col_lb = a;
+    double *b = a ? realloc(m->col_ub, (size_t)n * sizeof(double)) : NULL;
+    if (b) m->col_ub = b;
+    double *c = b ? realloc(m->obj, (size_t)n * sizeof(double)) : NULL;
+    if (c) m->obj = c;
+    bool *d = c ? realloc(m->col_int, (size_t)n * sizeof(bool)) : NULL;
+    if (!d) return m->failed = true, -1;
+    m->col_int = d;
+    m->cap_cols = n;
+  }
+  int c = m->ncols++;
+  m->col_lb[c] = lb;
+  m->col_ub[c] = ub;
+  m->obj[c] = obj;
+  m->col_int[c] = integer;
+  return c;
+}
+
+int milp_row(Milp *m, double lb, double ub, int n, const int *cols, const double *vals) {
+  if (m->failed) return -1;
+  int cap = m->cap_rows;
+  if (!grow((void **)&m->row_lb, m->nrows + 1, &cap, sizeof(double)) ||
+      !grow((void **)&m->row_ub, m->nrows + 1, &m->cap_rows, sizeof(double)))
+    return m->failed = true, -1;
+  cap = m->cap_nz;
+  int cap2 = m->cap_nz;
+  if (!grow((void **)&m->nz_row, m->nnz + n, &cap, sizeof(int)) || !grow((void **)&m->nz_col, m->nnz + n, &cap2, sizeof(int)) ||
+      !grow((void **)&m->nz_val, m->nnz + n, &m->cap_nz, sizeof(double)))
+    return m->failed = true, -1;
+  int r = m->nrows++;
+  m->row_lb[r] = lb;
+  m->row_ub[r] = ub;
+  for (int k = 0; k < n; k++) {
+    if (vals[k] == 0) continue;
+    m->nz_row[m->nnz] = r;
+    m->nz_col[m->nnz] = cols[k];
+    m->nz_val[m->nnz] = vals[k];
+    m->nnz++;
+  }
+  return r;
+}
+
+void milp_free(Milp *m) {
+  free(m->obj);
+  free(m->col_lb);
+  free(m->col_ub);
+  free(m->col_int);
+  free(m->row_lb);
+  free(m->row_ub);
+  free(m->nz_row);
+  free(m->nz_col);
+  free(m->nz_val);
+  free(m->start);
+  memset(m, 0, sizeof *m);
+}
+
+double milp_violation(const Milp *m, const double *x) {
+  double worst = 0;
+  double *act = util_xcalloc((size_t)m->nrows + 1, sizeof(double));
+  if (!act) return INFINITY;
+  for (int k = 0; k < m->nnz; k++) act[m->nz_row[k]] += m->nz_val[k] * x[m->nz_col[k]];
+  for (int r = 0; r < m->nrows; r++) {
+    double scale = 1 + fabs(m->row_lb[r] > -HUGE_VAL ? m->row_lb[r] : 0) + fabs(m->row_ub[r] < HUGE_VAL ? m->row_ub[r] : 0);
+    if (act[r] < m->row_lb[r] && (m->row_lb[r] - act[r]) / scale > worst) worst = (m->row_lb[r] - act[r]) / scale;
+    if (act[r] > m->row_ub[r] && (act[r] - m->row_ub[r]) / scale > worst) worst = (act[r] - m->row_ub[r]) / scale;
+  }
+  for (int c = 0; c < m->ncols; c++) {
+    if (x[c] < m->col_lb[c] - 1e-9 && m->col_lb[c] - x[c] > worst) worst = m->col_lb[c] - x[c];
+    if (x[c] > m->col_ub[c] + 1e-9 && x[c] - m->col_ub[c] > worst) worst = x[c] - m->col_ub[c];
+  }
+  free(act);
+  return worst;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double obj_of(const Milp *m, const double *x) {
+  double v = m->obj_offset;
+  for (int c = 0; c < m->ncols; c++) v += m->obj[c] * x[c];
+  return v;
+}
+
+static double rel_gap(double inc, double bound) {
+  double d = fabs(inc - bound);
+  return d <= 1e-12 ? 0 : d / fmax(fabs(inc), 1e-12);
+}
+
+/* ------------------------------------------------------------- GLPK */
+
+typedef struct GlpkCb {
+  const Milp *m;
+  const MilpOptions *o;
+  double t0, last_print, bound;
+  bool gave_start;
+} GlpkCb;
+
+static void glpk_callback(glp_tree *T, void *info) {
+  GlpkCb *cb = info;
+  int reason = glp_ios_reason(T);
+  if (reason == GLP_IHEUR && !cb->gave_start && cb->m->start) {
+    cb->gave_start = true;
+    double *x1 = util_xcalloc((size_t)cb->m->ncols + 1, sizeof(double));
+    if (x1) {
+      memcpy(x1 + 1, cb->m->start, (size_t)cb->m->ncols * sizeof(double));
+      glp_ios_heur_sol(T, x1);
+      free(x1);
+    }
+  }
+  int best = glp_ios_best_node(T);
+  if (best) cb->bound = glp_ios_node_bound(T, best) + cb->m->obj_offset;
+  double t = now() - cb->t0;
+  if (!cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
+    cb->last_print = t;
+    glp_prob *P = glp_ios_get_prob(T);
+    if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT) {
+      double inc = glp_mip_obj_val(P) + cb->m->obj_offset;
+      fprintf(stderr, "ilp: incumbent %.6g bound %.6g gap %.3f%% %.1f s\n", inc, cb->bound,
+              100 * rel_gap(inc, cb->bound), t);
+    } else {
+      fprintf(stderr, "ilp: incumbent none bound %.6g %.1f s\n", cb->bound, t);
+    }
+  }
+}
+
+static glp_prob *glpk_load(const Milp *m) {
+  glp_prob *P = glp_create_prob();
+  glp_set_obj_dir(P, GLP_MIN);
+  if (m->ncols) glp_add_cols(P, m->ncols);
+  if (m->nrows) glp_add_rows(P, m->nrows);
+  for (int c = 0; c < m->ncols; c++) {
+    double lb = m->col_lb[c], ub = m->col_ub[c];
+    int type = lb > -HUGE_VAL ? (ub < HUGE_VAL ? (lb == ub ? GLP_FX : GLP_DB) : GLP_LO) : (ub < HUGE_VAL ? GLP_UP : GLP_FR);
+    glp_set_col_bnds(P, c + 1, type, lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+    glp_set_obj_coef(P, c + 1, m->obj[c]);
+    if (m->col_int[c]) glp_set_col_kind(P, c + 1, GLP_IV);
+  }
+  for (int r = 0; r < m->nrows; r++) {
+    double lb = m->row_lb[r], ub = m->row_ub[r];
+    int type = lb > -HUGE_VAL ? (ub < HUGE_VAL ? (lb == ub ? GLP_FX : GLP_DB) : GLP_LO) : (ub < HUGE_VAL ? GLP_UP : GLP_FR);
+    glp_set_row_bnds(P, r + 1, type, lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+  }
+  int *ia = util_xcalloc((size_t)m->nnz + 1, sizeof(int)), *ja = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
+  double *ar = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
+  if (!ia || !ja || !ar) {
+    free(ia), free(ja), free(ar);
+    glp_delete_prob(P);
+    return NULL;
+  }
+  for (int k = 0; k < m->nnz; k++) ia[k + 1] = m->nz_row[k] + 1, ja[k + 1] = m->nz_col[k] + 1, ar[k + 1] = m->nz_val[k];
+  glp_load_matrix(P, m->nnz, ia, ja, ar);
+  free(ia), free(ja), free(ar);
+  return P;
+}
+
+static int glpk_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e) {
+  glp_term_out(GLP_OFF);
+  glp_prob *P = glpk_load(m);
+  if (!P) return err_set(e, "milp: out of memory");
+  double t0 = now();
+  glp_smcp smcp;
+  glp_init_smcp(&smcp);
+  smcp.msg_lev = GLP_MSG_OFF;
+  smcp.presolve = GLP_ON;
+  if (o->time_limit > 0) smcp.tm_lim = (int)fmin(o->time_limit * 1000, 2e9);
+  int rc = glp_simplex(P, &smcp);
+  if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
+    r->status = MILP_INFEASIBLE;
+    goto done;
+  }
+  if (rc != 0 || glp_get_status(P) != GLP_OPT) {
+    /* Presolve hides the basis when it proves nothing; solve plainly. */
+    smcp.presolve = GLP_OFF;
+    rc = glp_simplex(P, &smcp);
+    if (rc != 0 || glp_get_status(P) != GLP_OPT) {
+      r->status = glp_get_status(P) == GLP_NOFEAS ? MILP_INFEASIBLE : MILP_NO_SOLUTION;
+      goto done;
+    }
+  }
+  r->bound = glp_get_obj_val(P) + m->obj_offset;
+  if (o->lp_only) {
+    for (int c = 0; c < m->ncols; c++) r->x[c] = glp_get_col_prim(P, c + 1);
+    r->objective = r->bound;
+    r->status = MILP_FEASIBLE;
+    goto done;
+  }
+  GlpkCb cb = {.m = m, .o = o, .t0 = t0, .bound = r->bound};
+  glp_iocp iocp;
+  glp_init_iocp(&iocp);
+  iocp.msg_lev = GLP_MSG_OFF;
+  iocp.presolve = GLP_OFF;
+  iocp.cb_func = glpk_callback;
+  iocp.cb_info = &cb;
+  iocp.mip_gap = o->mip_gap;
+  iocp.br_tech = GLP_BR_PCH;
+  iocp.bt_tech = GLP_BT_BLB;
+  iocp.fp_heur = GLP_ON;
+  iocp.mir_cuts = GLP_ON;
+  if (o->time_limit > 0) {
+    double left = o->time_limit - (now() - t0);
+    iocp.tm_lim = left > 0.001 ? (int)fmin(left * 1000, 2e9) : 1;
+  }
+  rc = glp_intopt(P, &iocp);
+  int st = glp_mip_status(P);
+  if (st == GLP_OPT || st == GLP_FEAS) {
+    for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
+    r->objective = glp_mip_obj_val(P) + m->obj_offset;
+    if (rc == 0 && st == GLP_OPT) {
+      r->status = MILP_OPTIMAL;
+      /* Within mip_gap of the best node: the bound is what closed it. */
+      if (cb.bound > r->objective || rc == 0) r->bound = fmin(r->objective, fmax(cb.bound, r->bound));
+    } else {
+      r->status = rc == GLP_ETMLIM ? MILP_TIME_LIMIT : MILP_FEASIBLE;
+      r->bound = fmax(cb.bound, r->bound);
+    }
+  } else if (st == GLP_NOFEAS) {
+    r->status = MILP_INFEASIBLE;
+  } else {
+    r->status = MILP_NO_SOLUTION;
+    r->bound = fmax(cb.bound, r->bound);
+  }
+done:
+  r->seconds = now() - t0;
+  glp_delete_prob(P);
+  return 0;
+}
+
+/* -------------------------------------------------------------- CBC */
+
+static int cbc_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e) {
+  double t0 = now();
+  int *start = util_xcalloc((size_t)m->ncols + 1, sizeof(int)), *index = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
+  double *value = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
+  int *fill = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
+  if (!start || !index || !value || !fill) {
+    free(start), free(index), free(value), free(fill);
+    return err_set(e, "milp: out of memory");
+  }
+  for (int k = 0; k < m->nnz; k++) start[m->nz_col[k] + 1]++;
+  for (int c = 0; c < m->ncols; c++) start[c + 1] += start[c];
+  for (int k = 0; k < m->nnz; k++) {
+    int c = m->nz_col[k], at = start[c] + fill[c]++;
+    index[at] = m->nz_row[k];
+    value[at] = m->nz_val[k];
+  }
+  Cbc_Model *model = Cbc_newModel();
+  Cbc_loadProblem(model, m->ncols, m->nrows, start, index, value, m->col_lb, m->col_ub, m->obj, m->row_lb, m->row_ub);
+  free(start), free(index), free(value), free(fill);
+  for (int c = 0; c < m->ncols; c++)
+    if (m->col_int[c]) Cbc_setInteger(model, c);
+  Cbc_setLogLevel(model, 0);
+  Cbc_setParameter(model, "threads", "1");
+  char gap[32];
+  snprintf(gap, sizeof gap, "%g", o->mip_gap);
+  Cbc_setParameter(model, "ratioGap", gap);
+  if (o->time_limit > 0) Cbc_setMaximumSeconds(model, o->time_limit);
+  if (m->start) {
+    int *idx = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
+    if (idx) {
+      for (int c = 0; c < m->ncols; c++) idx[c] = c;
+      Cbc_setMIPStartI(model, m->ncols, idx, m->start);
+      free(idx);
+    }
+  }
+  if (o->lp_only)
+    for (int c = 0; c < m->ncols; c++) Cbc_setContinuous(model, c);
+  Cbc_solve(model);
+  const double *x = Cbc_getColSolution(model);
+  double bound = Cbc_getBestPossibleObjValue(model) + m->obj_offset;
+  bool has = x && (Cbc_isProvenOptimal(model) || Cbc_getObjValue(model) < 1e50) && !Cbc_isProvenInfeasible(model);
+  if (Cbc_isProvenInfeasible(model)) {
+    r->status = MILP_INFEASIBLE;
+  } else if (has) {
+    memcpy(r->x, x, (size_t)m->ncols * sizeof(double));
+    r->objective = obj_of(m, r->x);
+    r->bound = o->lp_only ? r->objective : fmin(bound, r->objective);
+    r->status = Cbc_isProvenOptimal(model) ? (o->lp_only ? MILP_FEASIBLE : MILP_OPTIMAL)
+                : Cbc_isSecondsLimitReached(model) ? MILP_TIME_LIMIT : MILP_FEASIBLE;
+  } else {
+    r->status = MILP_NO_SOLUTION;
+    r->bound = bound;
+  }
+  Cbc_deleteModel(model);
+  r->seconds = now() - t0;
+  return 0;
+}
+
+int milp_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e) {
+  memset(r, 0, sizeof *r);
+  if (m->failed) return err_set(e, "milp: out of memory while building the model");
+  r->x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  if (!r->x) return err_set(e, "milp: out of memory");
+  int rc;
+  if (!strcmp(o->solver, "glpk")) rc = glpk_solve(m, o, r, e);
+  else if (!strcmp(o->solver, "cbc")) rc = cbc_solve(m, o, r, e);
+  else rc = err_set(e, "--solver: unknown solver \"%s\" (glpk or cbc)", o->solver);
+  if (rc == 0 && (r->status == MILP_OPTIMAL || r->status == MILP_FEASIBLE || r->status == MILP_TIME_LIMIT)) {
+    r->gap = rel_gap(r->objective, r->bound);
+    if (r->bound > r->objective) r->bound = r->objective;
+  }
+  if (rc) milp_result_free(r);
+  return rc;
+}
+
+void milp_result_free(MilpResult *r) {
+  free(r->x);
+  r->x = NULL;
+}

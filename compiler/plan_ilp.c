@@ -1,0 +1,1072 @@
+/*
+ * plan_ilp.c - the `ilp` strategy: one MILP over keep / recompute / offload
+ * per stashed tensor that models the schedule family of schedule.c exactly
+ * (docs/PLANNING.md derives every column and row). Memory is counted at
+ * every compute step of every possible schedule (the only steps where live
+ * bytes can rise), so the model's peak for any decision vector equals the
+ * simulator's to the byte; the objective is compute + recompute + an
+ * estimate of copy stalls.
+ *
+ * Columns: K/R/O per stashed tensor (binary, one-hot); Y[q][c] = "forward op
+ * q has been re-run by its c-th candidate op" (continuous, but pinned to 0/1
+ * by rows from both sides, so exact for integral decisions); W (trigger
+ * products in Y's upper rows); product columns (lower-bounded ANDs, exact
+ * at their minimum, which the memory rows prefer); M per step position (live
+ * bytes, a running sum) and, when minimizing memory, one peak column.
+ */
+#include "ration.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIN_MAX 8
+
+/* A small linear expression over columns with a constant. */
+typedef struct Lin {
+  int n;
+  int col[LIN_MAX];
+  double c[LIN_MAX];
+  double k;
+} Lin;
+
+typedef struct Event {
+  int pos, col; /* col -1: constant */
+  int64_t bytes;
+} Event;
+
+typedef struct Prod {
+  int col;
+  int nf;
+  int first; /* index into the model's factor pool */
+} Prod;
+
+/* A live condition that is an OR of ANDs of 0/1 expressions. Consecutive
+ * positions with the same condition share one column (Run), which keeps
+ * the model to one column per change of the condition, not per step. */
+#define SIG_MAX 16
+typedef struct Sig {
+  int ng;
+  int nf[SIG_MAX];
+  Lin f[SIG_MAX][3];
+} Sig;
+
+typedef struct Run {
+  Sig sig;
+  int p0;
+  bool open;
+} Run;
+
+typedef struct Ilp {
+  const Graph *g;
+  const Device *d;
+  Milp m;
+  bool min_memory;
+  int *colK, *colR, *colO; /* per tensor, -1 */
+  int *cand_first, *cand_n; /* per op, into cand_t / ycol */
+  int *cand_t, *ycol, ncand;
+  int npos;
+  int *pos_op, *pos_q; /* q -1: the op's own compute step */
+  int *grp_first, *grp_comp; /* per op: first position and compute position */
+  int *cons_first, *cons_n, *cons; /* per tensor: forward ops reading it */
+  Event *ev;
+  int nev, cap_ev;
+  Prod *prod;
+  int nprod, cap_prod;
+  Lin *fac;
+  int nfac, cap_fac;
+  int *mcol; /* per position */
+  int peak_col;
+  double *stall_us; /* per tensor: estimated stall if offloaded */
+  Run run; /* scratch of the memory terms */
+  Sig sig;
+  bool failed;
+} Ilp;
+
+/* ------------------------------------------------------------ helpers */
+
+static Lin var(Ilp *md, int col);
+static void term(Ilp *md, int p0, int p1, const Lin *l, int64_t bytes);
+
+static Lin lin_const(double k) {
+  Lin l;
+  memset(&l, 0, sizeof l);
+  l.k = k;
+  return l;
+}
+
+static void lin_add(Ilp *md, Lin *l, int col, double c) {
+  if (col < 0 || c == 0) return;
+  for (int i = 0; i < l->n; i++)
+    if (l->col[i] == col) {
+      l->c[i] += c;
+      return;
+    }
+  if (l->n == LIN_MAX) {
+    md->failed = true;
+    return;
+  }
+  l->col[l->n] = col;
+  l->c[l->n++] = c;
+}
+
+static void lin_addl(Ilp *md, Lin *l, const Lin *b, double s) {
+  for (int i = 0; i < b->n; i++) lin_add(md, l, b->col[i], s * b->c[i]);
+  l->k += s * b->k;
+}
+
+static bool lin_is_zero(const Lin *l) {
+  for (int i = 0; i < l->n; i++)
+    if (l->c[i] != 0) return false;
+  return l->k == 0;
+}
+
+static bool lin_is_const(const Lin *l) {
+  for (int i = 0; i < l->n; i++)
+    if (l->c[i] != 0) return false;
+  return true;
+}
+
+static void row_lin(Ilp *md, double lb, double ub, const Lin *l) {
+  if (lin_is_const(l)) return;
+  if (milp_row(&md->m, lb > -HUGE_VAL ? lb - l->k : lb, ub < HUGE_VAL ? ub - l->k : ub, l->n, l->col, l->c) < 0)
+    md->failed = true;
+}
+
+static int new_col(Ilp *md, double lb, double ub, double obj, bool integer) {
+  int c = milp_col(&md->m, lb, ub, obj, integer);
+  if (c < 0) md->failed = true;
+  return c;
+}
+
+static bool push(void **arr, int n, int *cap, size_t elem) {
+  if (n < *cap) return true;
+  int nc = *cap ? *cap * 2 : 1024;
+  void *p = realloc(*arr, (size_t)nc * elem);
+  if (!p) return false;
+  *arr = p;
+  *cap = nc;
+  return true;
+}
+
+/* AND of 0/1 expressions: a column z >= sum(f) - (n-1), z >= 0. Memory rows
+ * only ever want z small, so z sits at the AND. */
+static Lin and_of(Ilp *md, const Lin *f, int n) {
+  Lin keep[4];
+  int nk = 0;
+  for (int i = 0; i < n; i++) {
+    if (lin_is_const(&f[i])) {
+      if (f[i].k < 0.5) return lin_const(0);
+      continue;
+    }
+    keep[nk++] = f[i];
+  }
+  if (nk == 0) return lin_const(1);
+  if (nk == 1) return keep[0];
+  int z = new_col(md, 0, 1, 0, false);
+  Lin row = lin_const(0);
+  lin_add(md, &row, z, 1);
+  for (int i = 0; i < nk; i++) lin_addl(md, &row, &keep[i], -1);
+  row_lin(md, 1.0 - nk, HUGE_VAL, &row);
+  if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod)) ||
+      !push((void **)&md->fac, md->nfac + nk, &md->cap_fac, sizeof(Lin))) {
+    md->failed = true;
+    return lin_const(0);
+  }
+  while (md->cap_fac < md->nfac + nk)
+    if (!push((void **)&md->fac, md->cap_fac, &md->cap_fac, sizeof(Lin))) {
+      md->failed = true;
+      return lin_const(0);
+    }
+  md->prod[md->nprod++] = (Prod){z, nk, md->nfac};
+  for (int i = 0; i < nk; i++) md->fac[md->nfac++] = keep[i];
+  Lin l = lin_const(0);
+  lin_add(md, &l, z, 1);
+  return l;
+}
+
+static Lin var(Ilp *md, int col) {
+  Lin l = lin_const(0);
+  lin_add(md, &l, col, 1);
+  return l;
+}
+
+/* OR of 0/1 expressions as one column z >= each; at its minimum, z is the
+ * OR. Factors exist before z, so evaluation in creation order works. */
+static Lin or_of(Ilp *md, const Lin *f, int n) {
+  int nk = 0;
+  for (int i = 0; i < n; i++) {
+    if (lin_is_const(&f[i]) && f[i].k > 0.5) return lin_const(1);
+    if (!lin_is_const(&f[i])) nk++;
+  }
+  if (nk == 0) return lin_const(0);
+  if (nk == 1)
+    for (int i = 0; i < n; i++)
+      if (!lin_is_const(&f[i])) return f[i];
+  if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod))) {
+    md->failed = true;
+    return lin_const(0);
+  }
+  while (md->cap_fac < md->nfac + nk)
+    if (!push((void **)&md->fac, md->cap_fac, &md->cap_fac, sizeof(Lin))) {
+      md->failed = true;
+      return lin_const(0);
+    }
+  int z = new_col(md, 0, 1, 0, false);
+  md->prod[md->nprod++] = (Prod){z, -nk, md->nfac};
+  for (int i = 0; i < n; i++) {
+    if (lin_is_const(&f[i])) continue;
+    Lin r = var(md, z);
+    lin_addl(md, &r, &f[i], -1);
+    row_lin(md, 0, HUGE_VAL, &r);
+    md->fac[md->nfac++] = f[i];
+  }
+  return var(md, z);
+}
+
+static void sig_add(Sig *s, const Lin *f, int n) {
+  if (s->ng == SIG_MAX) return;
+  Lin g[3];
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (lin_is_const(&f[i])) {
+      if (f[i].k < 0.5) return;
+      continue;
+    }
+    g[k++] = f[i];
+  }
+  if (k == 0) g[k++] = lin_const(1);
+  for (int i = 0; i < k; i++) s->f[s->ng][i] = g[i];
+  s->nf[s->ng++] = k;
+}
+
+static void run_flush(Ilp *md, Run *r, int p1, int64_t bytes) {
+  if (r->open && r->sig.ng) {
+    Lin ors[SIG_MAX];
+    for (int i = 0; i < r->sig.ng; i++) ors[i] = and_of(md, r->sig.f[i], r->sig.nf[i]);
+    Lin l = or_of(md, ors, r->sig.ng);
+    term(md, r->p0, p1, &l, bytes);
+  }
+  r->open = false;
+}
+
+static void run_step(Ilp *md, Run *r, const Sig *s, int p, int64_t bytes) {
+  if (r->open && !memcmp(&r->sig, s, sizeof *s)) return;
+  run_flush(md, r, p - 1, bytes);
+  memcpy(&r->sig, s, sizeof *s);
+  r->p0 = p;
+  r->open = true;
+}
+
+/* Largest candidate index of op q at or before op j, -1 if none. */
+static int cand_le(const Ilp *md, int q, int j) {
+  int lo = 0, hi = md->cand_n[q] - 1, best = -1;
+  const int *t = md->cand_t + md->cand_first[q];
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (t[mid] <= j) best = mid, lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return best;
+}
+
+/* "q has been re-run by op j (inclusive)". */
+static Lin yle(Ilp *md, int q, int j) {
+  int c = cand_le(md, q, j);
+  return c < 0 ? lin_const(0) : var(md, md->ycol[md->cand_first[q] + c]);
+}
+
+static Lin ylt(Ilp *md, int q, int j) { return yle(md, q, j - 1); }
+
+static Lin rr(Ilp *md, int q) { return md->cand_n[q] ? var(md, md->ycol[md->cand_first[q] + md->cand_n[q] - 1]) : lin_const(0); }
+
+/* "q is re-run exactly in op j's prelude". */
+static Lin eq(Ilp *md, int q, int j) {
+  Lin l = yle(md, q, j);
+  Lin b = ylt(md, q, j);
+  lin_addl(md, &l, &b, -1);
+  return l;
+}
+
+/* "q's re-run step is at or after position p". */
+static Lin at_or_after(Ilp *md, int q, int p) {
+  int j = md->pos_op[p], x = md->pos_q[p];
+  Lin l = rr(md, q);
+  Lin b = x >= 0 && q >= x ? ylt(md, q, j) : yle(md, q, j);
+  lin_addl(md, &l, &b, -1);
+  return l;
+}
+
+/* "q's re-run step is strictly before position p". */
+static Lin started_before(Ilp *md, int q, int p) {
+  int j = md->pos_op[p], x = md->pos_q[p];
+  return x < 0 || q < x ? yle(md, q, j) : ylt(md, q, j);
+}
+
+/* bytes * l live at positions [p0, p1]. */
+static void term(Ilp *md, int p0, int p1, const Lin *l, int64_t bytes) {
+  if (p0 > p1 || bytes == 0 || lin_is_zero(l)) return;
+  if (!push((void **)&md->ev, md->nev + 2 * (l->n + 1), &md->cap_ev, sizeof(Event))) {
+    md->failed = true;
+    return;
+  }
+  while (md->cap_ev < md->nev + 2 * (l->n + 1))
+    if (!push((void **)&md->ev, md->cap_ev, &md->cap_ev, sizeof(Event))) {
+      md->failed = true;
+      return;
+    }
+  for (int i = -1; i < l->n; i++) {
+    double c = i < 0 ? l->k : l->c[i];
+    if (c == 0) continue;
+    int col = i < 0 ? -1 : l->col[i];
+    int64_t b = (int64_t)llround(c) * bytes;
+    md->ev[md->nev++] = (Event){p0, col, b};
+    if (p1 + 1 < md->npos) md->ev[md->nev++] = (Event){p1 + 1, col, -b};
+  }
+}
+
+static bool regen(const Ilp *md, int t) { return plan_regenerable(md->g, t); }
+
+static bool decided(const Ilp *md, int t) { return md->colK[t] >= 0; }
+
+/* ------------------------------------------------------------ structure */
+
+static int build_consumers(Ilp *md) {
+  const Graph *g = md->g;
+  md->cons_first = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
+  md->cons_n = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
+  int total = 0;
+  for (int i = 0; i < g->nops; i++)
+    if (g->ops[i].phase == PHASE_FORWARD) total += g->ops[i].ninputs;
+  md->cons = util_xcalloc((size_t)total + 1, sizeof(int));
+  if (!md->cons_first || !md->cons_n || !md->cons) return -1;
+  for (int i = 0; i < g->nops; i++) {
+    const Op *o = &g->ops[i];
+    if (o->phase != PHASE_FORWARD) continue;
+    for (int k = 0; k < o->ninputs; k++) {
+      bool dup = false;
+      for (int k2 = 0; k2 < k; k2++) dup = dup || o->inputs[k2] == o->inputs[k];
+      if (!dup) md->cons_n[o->inputs[k]]++;
+    }
+  }
+  for (int t = 1; t < g->ntensors; t++) md->cons_first[t] = md->cons_first[t - 1] + md->cons_n[t - 1];
+  memset(md->cons_n, 0, (size_t)g->ntensors * sizeof(int));
+  for (int i = 0; i < g->nops; i++) {
+    const Op *o = &g->ops[i];
+    if (o->phase != PHASE_FORWARD) continue;
+    for (int k = 0; k < o->ninputs; k++) {
+      bool dup = false;
+      for (int k2 = 0; k2 < k; k2++) dup = dup || o->inputs[k2] == o->inputs[k];
+      int t = o->inputs[k];
+      if (!dup) md->cons[md->cons_first[t] + md->cons_n[t]++] = i;
+    }
+  }
+  return 0;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Candidate re-run ops of every forward op, consumers before producers. */
+static int build_candidates(Ilp *md) {
+  const Graph *g = md->g;
+  int n = g->nops;
+  md->cand_first = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->cand_n = util_xcalloc((size_t)n + 1, sizeof(int));
+  int *mark = util_xcalloc((size_t)n + 1, sizeof(int)), *tmp = util_xcalloc((size_t)n + 1, sizeof(int));
+  int **sets = util_xcalloc((size_t)n + 1, sizeof(int *));
+  int rc = -1;
+  if (!md->cand_first || !md->cand_n || !mark || !tmp || !sets) goto out;
+  for (int i = 0; i < n; i++) mark[i] = -1;
+  for (int q = n - 1; q >= 0; q--) {
+    const Op *o = &g->ops[q];
+    if (o->phase != PHASE_FORWARD) continue;
+    int cnt = 0;
+#define ADD(k) do { if (mark[k] != q) { mark[k] = q; tmp[cnt++] = (k); } } while (0)
+    for (int k = 0; k < o->noutputs; k++) {
+      int v = o->outputs[k];
+      if (!regen(md, v)) continue;
+      const Tensor *tv = &g->tensors[v];
+      if (tv->stashed) ADD(tv->first_bwd_read);
+      for (int c = 0; c < md->cons_n[v]; c++) {
+        int q2 = md->cons[md->cons_first[v] + c];
+        for (int i = 0; i < md->cand_n[q2]; i++) {
+          int t = sets[q2][i];
+          if (!tv->stashed || t <= tv->first_bwd_read) ADD(t);
+        }
+      }
+    }
+#undef ADD
+    if (!cnt) continue;
+    qsort(tmp, (size_t)cnt, sizeof(int), cmp_int);
+    if (!(sets[q] = util_xcalloc((size_t)cnt, sizeof(int)))) goto out;
+    memcpy(sets[q], tmp, (size_t)cnt * sizeof(int));
+    md->cand_n[q] = cnt;
+    md->ncand += cnt;
+  }
+  md->cand_t = util_xcalloc((size_t)md->ncand + 1, sizeof(int));
+  md->ycol = util_xcalloc((size_t)md->ncand + 1, sizeof(int));
+  if (!md->cand_t || !md->ycol) goto out;
+  int at = 0;
+  for (int q = 0; q < n; q++) {
+    md->cand_first[q] = at;
+    if (md->cand_n[q]) memcpy(md->cand_t + at, sets[q], (size_t)md->cand_n[q] * sizeof(int));
+    at += md->cand_n[q];
+  }
+  rc = 0;
+out:
+  if (sets)
+    for (int i = 0; i < n; i++) free(sets[i]);
+  free(sets);
+  free(mark);
+  free(tmp);
+  return rc;
+}
+
+typedef struct PosKey {
+  int op, q;
+} PosKey;
+
+static int cmp_pos(const void *a, const void *b) {
+  const PosKey *x = a, *y = b;
+  if (x->op != y->op) return x->op - y->op;
+  return x->q - y->q;
+}
+
+/* Every compute step any schedule of the family can have, in step order. */
+static int build_positions(Ilp *md) {
+  const Graph *g = md->g;
+  int n = g->nops;
+  md->npos = n + md->ncand;
+  PosKey *keys = util_xcalloc((size_t)md->npos + 1, sizeof(PosKey));
+  md->pos_op = util_xcalloc((size_t)md->npos + 1, sizeof(int));
+  md->pos_q = util_xcalloc((size_t)md->npos + 1, sizeof(int));
+  md->grp_first = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->grp_comp = util_xcalloc((size_t)n + 1, sizeof(int));
+  if (!keys || !md->pos_op || !md->pos_q || !md->grp_first || !md->grp_comp) {
+    free(keys);
+    return -1;
+  }
+  int k = 0;
+  for (int j = 0; j < n; j++) keys[k++] = (PosKey){j, INT32_MAX};
+  for (int q = 0; q < n; q++)
+    for (int c = 0; c < md->cand_n[q]; c++) keys[k++] = (PosKey){md->cand_t[md->cand_first[q] + c], q};
+  qsort(keys, (size_t)md->npos, sizeof *keys, cmp_pos);
+  for (int p = 0; p < md->npos; p++) {
+    md->pos_op[p] = keys[p].op;
+    md->pos_q[p] = keys[p].q == INT32_MAX ? -1 : keys[p].q;
+    if (md->pos_q[p] < 0) md->grp_comp[keys[p].op] = p;
+  }
+  for (int p = md->npos - 1; p >= 0; p--) md->grp_first[md->pos_op[p]] = p;
+  free(keys);
+  return 0;
+}
+
+static int pos_of_rerun(const Ilp *md, int j, int q) {
+  int lo = md->grp_first[j], hi = md->grp_comp[j] - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (md->pos_q[mid] == q) return mid;
+    if (md->pos_q[mid] < q) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------ columns */
+
+static double op_us(const Ilp *md, int op) { return cost_op_seconds(md->g, md->d, op) * 1e6; }
+
+/* Compute between two points, for the stall estimate of a copy. */
+static double stall_estimate(const Ilp *md, int t) {
+  const Graph *g = md->g;
+  const Device *d = md->d;
+  const Tensor *x = &g->tensors[t];
+  int w = plan_offload_wait_op(g, d, t), need = x->first_bwd_read;
+  int issue = plan_prefetch_issue_op(g, d, t, need);
+  double cover = 0;
+  for (int k = x->producer + 1; k <= w; k++) cover += op_us(md, k);
+  double s = fmax(0, cost_d2h_seconds(d, x->bytes) * 1e6 - cover);
+  cover = 0;
+  for (int k = issue; k < need; k++) cover += op_us(md, k);
+  return s + fmax(0, cost_h2d_seconds(d, x->bytes) * 1e6 - cover);
+}
+
+static void build_decisions(Ilp *md) {
+  const Graph *g = md->g;
+  for (int t = 0; t < g->ntensors; t++) md->colK[t] = md->colR[t] = md->colO[t] = -1;
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    if (!regen(md, t)) continue;
+    md->stall_us[t] = stall_estimate(md, t);
+    md->colK[t] = new_col(md, 0, 1, 0, true);
+    md->colR[t] = new_col(md, 0, 1, 0, true);
+    md->colO[t] = new_col(md, 0, 1, md->min_memory ? 0 : md->stall_us[t], true);
+    Lin one = lin_const(0);
+    lin_add(md, &one, md->colK[t], 1);
+    lin_add(md, &one, md->colR[t], 1);
+    lin_add(md, &one, md->colO[t], 1);
+    row_lin(md, 1, 1, &one);
+  }
+}
+
+/* Y rows: each forward op is re-run at the first op whose prelude needs one
+ * of its dead outputs, directly or through another re-run (schedule.c). */
+static void build_reruns(Ilp *md) {
+  const Graph *g = md->g;
+  for (int q = 0; q < g->nops; q++)
+    for (int c = 0; c < md->cand_n[q]; c++) {
+      bool last = c == md->cand_n[q] - 1;
+      md->ycol[md->cand_first[q] + c] = new_col(md, 0, 1, last && !md->min_memory ? op_us(md, q) : 0, false);
+    }
+  for (int q = 0; q < g->nops; q++) {
+    const Op *o = &g->ops[q];
+    for (int c = 0; c < md->cand_n[q]; c++) {
+      int k = md->cand_t[md->cand_first[q] + c];
+      Lin y = var(md, md->ycol[md->cand_first[q] + c]);
+      Lin prev = ylt(md, q, k);
+      Lin up = y; /* y - prev - triggers <= 0 */
+      lin_addl(md, &up, &prev, -1);
+      if (c > 0) {
+        Lin mono = y;
+        lin_addl(md, &mono, &prev, -1);
+        row_lin(md, 0, HUGE_VAL, &mono);
+      }
+      for (int kk = 0; kk < o->noutputs; kk++) {
+        int v = o->outputs[kk];
+        if (!regen(md, v)) continue;
+        const Tensor *tv = &g->tensors[v];
+        if (tv->stashed && decided(md, v) && tv->first_bwd_read == k) {
+          Lin own = y;
+          lin_add(md, &own, md->colR[v], -1);
+          row_lin(md, 0, HUGE_VAL, &own);
+          lin_add(md, &up, md->colR[v], -1);
+        }
+        for (int cc = 0; cc < md->cons_n[v]; cc++) {
+          int q2 = md->cons[md->cons_first[v] + cc];
+          if (cand_le(md, q2, k) < 0 || md->cand_t[md->cand_first[q2] + cand_le(md, q2, k)] != k) continue;
+          if (tv->stashed && (!decided(md, v) || k > tv->first_bwd_read)) continue;
+          Lin y2 = yle(md, q2, k);
+          Lin e2 = eq(md, q2, k);
+          if (!tv->stashed) {
+            Lin low = y; /* y >= y2 */
+            lin_addl(md, &low, &y2, -1);
+            row_lin(md, 0, HUGE_VAL, &low);
+            lin_addl(md, &up, &e2, -1);
+          } else {
+            Lin low = y; /* y >= y2 + R - 1 */
+            lin_addl(md, &low, &y2, -1);
+            lin_add(md, &low, md->colR[v], -1);
+            row_lin(md, -1, HUGE_VAL, &low);
+            int w = new_col(md, 0, 1, 0, false);
+            Lin a = var(md, w);
+            lin_addl(md, &a, &e2, -1);
+            row_lin(md, -HUGE_VAL, 0, &a);
+            Lin b = var(md, w);
+            lin_add(md, &b, md->colR[v], -1);
+            row_lin(md, -HUGE_VAL, 0, &b);
+            lin_add(md, &up, w, -1);
+            if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod)) ||
+                !push((void **)&md->fac, md->nfac + 2, &md->cap_fac, sizeof(Lin))) {
+              md->failed = true;
+              return;
+            }
+            md->prod[md->nprod++] = (Prod){w, 2, md->nfac};
+            md->fac[md->nfac++] = e2;
+            md->fac[md->nfac++] = var(md, md->colR[v]);
+          }
+        }
+      }
+      row_lin(md, -HUGE_VAL, 0, &up);
+    }
+  }
+}
+
+/* ------------------------------------------------------------ memory */
+
+/* Live from position p0 on while one of t's forward consumers still has to
+ * re-run (a re-run reads t, so it extends t's residency). */
+static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
+  int last = -1;
+  for (int c = 0; c < md->cons_n[t]; c++) {
+    int q2 = md->cons[md->cons_first[t] + c];
+    if (md->cand_n[q2]) {
+      int pq = pos_of_rerun(md, md->cand_t[md->cand_first[q2] + md->cand_n[q2] - 1], q2);
+      if (pq > last) last = pq;
+    }
+  }
+  Run *run = &md->run;
+  Sig *sg = &md->sig;
+  run->open = false;
+  for (int p = p0; p <= last; p++) {
+    memset(sg, 0, sizeof *sg);
+    for (int c = 0; c < md->cons_n[t]; c++) {
+      Lin a = at_or_after(md, md->cons[md->cons_first[t] + c], p);
+      Lin f[2] = {*alive, a};
+      sig_add(sg, f, 2);
+    }
+    run_step(md, run, sg, p, bytes);
+  }
+  run_flush(md, run, last, bytes);
+}
+
+static void build_memory(Ilp *md) {
+  const Graph *g = md->g;
+  int n = g->nops, last_pos = md->npos - 1;
+  for (int t = 0; t < g->ntensors; t++) {
+    const Tensor *x = &g->tensors[t];
+    Lin one = lin_const(1);
+    if (graph_is_resident(x)) {
+      term(md, 0, last_pos, &one, x->bytes);
+      continue;
+    }
+    if (x->producer < 0) continue;
+    int p = x->producer, lr = x->last_read > p ? x->last_read : p;
+    int p0 = md->grp_comp[p];
+    if (x->is_output) {
+      term(md, p0, last_pos, &one, x->bytes);
+      continue;
+    }
+    if (!regen(md, t)) {
+      term(md, p0, md->grp_comp[lr], &one, x->bytes);
+      continue;
+    }
+    if (!x->stashed) { /* an intermediate: forward residency, then re-runs */
+      term(md, p0, md->grp_comp[lr], &one, x->bytes);
+    } else {
+      int lfr = x->last_fwd_read > p ? x->last_fwd_read : p;
+      Lin k = var(md, md->colK[t]), r = var(md, md->colR[t]), o = var(md, md->colO[t]);
+      term(md, p0, md->grp_comp[lr], &k, x->bytes);
+      term(md, p0, md->grp_comp[lfr], &r, x->bytes);
+      term(md, p0, md->grp_comp[plan_offload_wait_op(g, md->d, t)], &o, x->bytes);
+      /* A kept tensor stays while a later re-run still reads it. */
+      if (lr + 1 < n) extension(md, t, md->grp_first[lr + 1], &k, x->bytes);
+      /* The prefetched copy: from the issue point of its first need. */
+      int f = x->first_bwd_read, w = plan_offload_wait_op(g, md->d, t);
+      int issue_f = plan_prefetch_issue_op(g, md->d, t, f);
+      term(md, md->grp_first[issue_f], md->grp_comp[lr], &o, x->bytes);
+      if (lr + 1 < n) extension(md, t, md->grp_first[lr + 1], &o, x->bytes);
+      /* Earlier when a consumer's re-run needs it first. */
+      int minc = f;
+      for (int c = 0; c < md->cons_n[t]; c++) {
+        int q2 = md->cons[md->cons_first[t] + c];
+        if (md->cand_n[q2] && md->cand_t[md->cand_first[q2]] < minc) minc = md->cand_t[md->cand_first[q2]];
+      }
+      Run *run = &md->run;
+      Sig *sg = &md->sig;
+      run->open = false;
+      int m = minc - 1;
+      for (int j = w + 1; j < issue_f; j++) {
+        while (m + 1 <= f - 1 && plan_prefetch_issue_op(g, md->d, t, m + 1) <= j) m++;
+        memset(sg, 0, sizeof *sg);
+        for (int c = 0; m >= minc && c < md->cons_n[t]; c++) {
+          Lin fct[2] = {o, yle(md, md->cons[md->cons_first[t] + c], m)};
+          sig_add(sg, fct, 2);
+        }
+        for (int pp = md->grp_first[j]; pp <= md->grp_comp[j]; pp++) run_step(md, run, sg, pp, x->bytes);
+      }
+      if (issue_f > w + 1) run_flush(md, run, md->grp_comp[issue_f - 1], x->bytes);
+    }
+  }
+  /* Workspace of every op at its own step. */
+  for (int j = 0; j < n; j++) {
+    Lin one = lin_const(1);
+    if (g->ops[j].workspace > 0) term(md, md->grp_comp[j], md->grp_comp[j], &one, g->ops[j].workspace);
+  }
+  /* Re-runs: the write step, then the regenerated residencies. */
+  for (int q = 0; q < n; q++) {
+    if (!md->cand_n[q]) continue;
+    const Op *o = &g->ops[q];
+    int64_t written = o->workspace;
+    for (int k = 0; k < o->noutputs; k++)
+      if (!graph_is_resident(&g->tensors[o->outputs[k]])) written += g->tensors[o->outputs[k]].bytes;
+    int nregen = 0;
+    for (int k = 0; k < o->noutputs; k++) nregen += regen(md, o->outputs[k]);
+    for (int c = 0; c < md->cand_n[q]; c++) {
+      int j = md->cand_t[md->cand_first[q] + c], pq = pos_of_rerun(md, j, q);
+      Lin e = eq(md, q, j);
+      term(md, pq, pq, &e, written);
+    }
+    int first = pos_of_rerun(md, md->cand_t[md->cand_first[q]], q);
+    for (int k = 0; k < o->noutputs; k++) {
+      int v = o->outputs[k];
+      if (!regen(md, v)) continue;
+      const Tensor *tv = &g->tensors[v];
+      Lin rv = tv->stashed ? var(md, md->colR[v]) : lin_const(1);
+      int lr = tv->last_read;
+      if (tv->stashed) {
+        int f = tv->first_bwd_read;
+        /* Pulled early by a consumer's re-run: live once started. */
+        Run *run = &md->run;
+        Sig *sg = &md->sig;
+        run->open = false;
+        for (int p = first + 1; p < md->grp_comp[f]; p++) {
+          memset(sg, 0, sizeof *sg);
+          if (md->pos_q[p] != q) {
+            Lin fct[2] = {started_before(md, q, p), rv};
+            sig_add(sg, fct, nregen == 1 ? 1 : 2);
+          }
+          run_step(md, run, sg, p, tv->bytes);
+        }
+        run_flush(md, run, md->grp_comp[f] - 1, tv->bytes);
+        term(md, md->grp_comp[f], md->grp_comp[lr], &rv, tv->bytes);
+      }
+      /* After its last graph reader (intermediates: always), only while a
+       * consumer's re-run still reads it. */
+      int from = tv->stashed ? md->grp_first[lr + 1 < n ? lr + 1 : lr] : first + 1;
+      if (tv->stashed && lr + 1 >= n) continue;
+      int lastp = -1;
+      for (int cc = 0; cc < md->cons_n[v]; cc++) {
+        int q2 = md->cons[md->cons_first[v] + cc];
+        if (md->cand_n[q2]) {
+          int pq = pos_of_rerun(md, md->cand_t[md->cand_first[q2] + md->cand_n[q2] - 1], q2);
+          if (pq > lastp) lastp = pq;
+        }
+      }
+      Run *run = &md->run;
+      Sig *sg = &md->sig;
+      run->open = false;
+      for (int p = from; p <= lastp; p++) {
+        memset(sg, 0, sizeof *sg);
+        Lin st = started_before(md, q, p);
+        for (int cc = 0; md->pos_q[p] != q && cc < md->cons_n[v]; cc++) {
+          Lin f3[3] = {st, at_or_after(md, md->cons[md->cons_first[v] + cc], p), rv};
+          sig_add(sg, f3, 3);
+        }
+        run_step(md, run, sg, p, tv->bytes);
+      }
+      run_flush(md, run, lastp, tv->bytes);
+    }
+  }
+}
+
+static int cmp_event(const void *a, const void *b) {
+  const Event *x = a, *y = b;
+  if (x->pos != y->pos) return x->pos - y->pos;
+  return x->col - y->col;
+}
+
+/* M[p] = M[p-1] + (what starts at p) - (what ended at p-1). */
+static void build_rows(Ilp *md, int64_t budget) {
+  qsort(md->ev, (size_t)md->nev, sizeof(Event), cmp_event);
+  md->mcol = util_xcalloc((size_t)md->npos + 1, sizeof(int));
+  int *cols = util_xcalloc((size_t)md->nev + 2, sizeof(int));
+  double *vals = util_xcalloc((size_t)md->nev + 2, sizeof(double));
+  if (!md->mcol || !cols || !vals) {
+    md->failed = true;
+    free(cols), free(vals);
+    return;
+  }
+  md->peak_col = md->min_memory ? new_col(md, 0, HUGE_VAL, 1, false) : -1;
+  int e = 0;
+  for (int p = 0; p < md->npos; p++) {
+    md->mcol[p] = new_col(md, -HUGE_VAL, md->min_memory ? HUGE_VAL : (double)budget, 0, false);
+    int n = 0;
+    double cst = 0;
+    cols[n] = md->mcol[p], vals[n++] = 1;
+    if (p) cols[n] = md->mcol[p - 1], vals[n++] = -1;
+    for (; e < md->nev && md->ev[e].pos == p; e++) {
+      if (md->ev[e].col < 0) {
+        cst += (double)md->ev[e].bytes;
+        continue;
+      }
+      if (n && cols[n - 1] == md->ev[e].col) vals[n - 1] -= (double)md->ev[e].bytes;
+      else cols[n] = md->ev[e].col, vals[n++] = -(double)md->ev[e].bytes;
+    }
+    if (milp_row(&md->m, cst, cst, n, cols, vals) < 0) md->failed = true;
+    if (md->min_memory) {
+      int c2[2] = {md->mcol[p], md->peak_col};
+      double v2[2] = {1, -1};
+      if (milp_row(&md->m, -HUGE_VAL, 0, 2, c2, v2) < 0) md->failed = true;
+    }
+  }
+  free(cols);
+  free(vals);
+}
+
+static void ilp_free(Ilp *md) {
+  milp_free(&md->m);
+  free(md->colK), free(md->colR), free(md->colO);
+  free(md->cand_first), free(md->cand_n), free(md->cand_t), free(md->ycol);
+  free(md->pos_op), free(md->pos_q), free(md->grp_first), free(md->grp_comp);
+  free(md->cons_first), free(md->cons_n), free(md->cons);
+  free(md->ev), free(md->prod), free(md->fac), free(md->mcol), free(md->stall_us);
+}
+
+static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, Err *e) {
+  memset(md, 0, sizeof *md);
+  md->g = g;
+  md->d = d;
+  md->min_memory = min_memory;
+  int n = g->ntensors;
+  md->colK = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->colR = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->colO = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->stall_us = util_xcalloc((size_t)n + 1, sizeof(double));
+  if (!md->colK || !md->colR || !md->colO || !md->stall_us || build_consumers(md) || build_candidates(md) ||
+      build_positions(md))
+    goto oom;
+  build_decisions(md);
+  build_reruns(md);
+  build_memory(md);
+  build_rows(md, budget);
+  if (md->failed || md->m.failed) goto oom;
+  if (!min_memory)
+    for (int i = 0; i < g->nops; i++) md->m.obj_offset += op_us(md, i);
+  return 0;
+oom:
+  ilp_free(md);
+  return err_set(e, "%s: out of memory while building the ILP", g->path);
+}
+
+/* ------------------------------------------------------------ evaluation */
+
+static double lin_val(const Lin *l, const double *x) {
+  double v = l->k;
+  for (int i = 0; i < l->n; i++) v += l->c[i] * x[l->col[i]];
+  return v;
+}
+
+/* Every column's value for one decision vector, and the peak of the rows.
+ * -1 when the decisions re-run an op outside its candidates (cannot happen
+ * for the full candidate sets) or are incomplete. */
+static int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
+  const Graph *g = md->g;
+  int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
+  int rc = -1;
+  if (!rerun || !need || plan_family_positions(g, dec, rerun, need)) goto out;
+  memset(x, 0, (size_t)md->m.ncols * sizeof(double));
+  for (int t = 0; t < g->ntensors; t++) {
+    if (md->colK[t] < 0) continue;
+    x[md->colK[t]] = dec[t] == DEC_KEEP;
+    x[md->colR[t]] = dec[t] == DEC_RECOMPUTE;
+    x[md->colO[t]] = dec[t] == DEC_OFFLOAD;
+  }
+  for (int q = 0; q < g->nops; q++) {
+    if (rerun[q] >= 0) {
+      int c = cand_le(md, q, rerun[q]);
+      if (c < 0 || md->cand_t[md->cand_first[q] + c] != rerun[q]) goto out;
+    }
+    for (int c = 0; c < md->cand_n[q]; c++)
+      x[md->ycol[md->cand_first[q] + c]] = rerun[q] >= 0 && rerun[q] <= md->cand_t[md->cand_first[q] + c];
+  }
+  /* Products in creation order: factors only use earlier columns. */
+  for (int i = 0; i < md->nprod; i++) {
+    const Prod *pr = &md->prod[i];
+    double v;
+    if (pr->nf > 0) { /* AND */
+      v = 1;
+      for (int f = 0; f < pr->nf; f++) v = fmin(v, lin_val(&md->fac[pr->first + f], x));
+    } else { /* OR over -nf factors */
+      v = 0;
+      for (int f = 0; f < -pr->nf; f++) v = fmax(v, lin_val(&md->fac[pr->first + f], x));
+    }
+    x[pr->col] = v > 0.5 ? 1 : 0;
+  }
+  int64_t live = 0, best = INT64_MIN;
+  int e = 0;
+  for (int p = 0; p < md->npos; p++) {
+    for (; e < md->nev && md->ev[e].pos == p; e++)
+      live += md->ev[e].col < 0 ? md->ev[e].bytes : (int64_t)llround(x[md->ev[e].col]) * md->ev[e].bytes;
+    x[md->mcol[p]] = (double)live;
+    if (live > best) best = live;
+  }
+  if (md->peak_col >= 0) x[md->peak_col] = (double)best;
+  *peak = best;
+  rc = 0;
+out:
+  free(rerun);
+  free(need);
+  return rc;
+}
+
+static void decisions_from_x(const Ilp *md, const double *x, Decision *dec) {
+  const Graph *g = md->g;
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    if (md->colK[t] < 0) {
+      dec[t] = DEC_KEEP;
+      continue;
+    }
+    double k = x[md->colK[t]], r = x[md->colR[t]], o = x[md->colO[t]];
+    dec[t] = k >= r && k >= o ? DEC_KEEP : r >= o ? DEC_RECOMPUTE : DEC_OFFLOAD;
+  }
+}
+
+static double objective_of(const Ilp *md, const double *x) {
+  double v = md->m.obj_offset;
+  for (int c = 0; c < md->m.ncols; c++) v += md->m.obj[c] * x[c];
+  return v;
+}
+
+/* ------------------------------------------------------------ public */
+
+int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e) {
+  Ilp md;
+  if (ilp_build(&md, g, d, INT64_MAX / 4, false, e)) return -1;
+  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  int64_t peak = -1;
+  if (!x) err_set(e, "%s: out of memory", g->path);
+  else if (ilp_eval(&md, dec, x, &peak)) err_set(e, "%s: decisions outside the ILP's model", g->path), peak = -1;
+  else if (milp_violation(&md.m, x) > 1e-9)
+    err_set(e, "%s: the ILP's rows reject the decisions' own schedule (violation %g)", g->path, milp_violation(&md.m, x)), peak = -1;
+  free(x);
+  ilp_free(&md);
+  return peak;
+}
+
+typedef struct Candidate {
+  Decision *dec;
+  double objective;
+  int64_t peak;
+  bool ok;
+} Candidate;
+
+/* Keeps the better of cand and a new decision vector (by model objective
+ * among those within the memory limit). */
+static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x) {
+  int64_t peak;
+  if (ilp_eval(md, dec, x, &peak) || peak > limit) return;
+  double obj = objective_of(md, x);
+  if (best->ok && obj >= best->objective - 1e-9) return;
+  memcpy(best->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
+  best->objective = obj;
+  best->peak = peak;
+  best->ok = true;
+}
+
+static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
+
+/* One solve at a memory limit: the MILP warm-started from the best
+ * baseline, the LP relaxation rounded if the MILP found nothing. */
+static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
+                    Candidate *best, SolverInfo *si, Err *e) {
+  Ilp md;
+  if (ilp_build(&md, g, d, limit, min_memory, e)) return -1;
+  int rc = -1;
+  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  Decision *tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  if (!x || !tmp) {
+    err_set(e, "%s: out of memory", g->path);
+    goto out;
+  }
+  best->ok = false;
+  PlanOptions bo = *o;
+  bo.budget_bytes = limit;
+  for (size_t b = 0; b < sizeof baselines / sizeof baselines[0]; b++) {
+    const PlanStrategy *s = plan_find_strategy(baselines[b]);
+    if (!s) continue;
+    Err ignore;
+    SolverInfo bsi = {.name = "none", .status = "not_used"};
+    bo.strategy = baselines[b];
+    for (int t = 0; t < g->ntensors; t++) tmp[t] = DEC_NONE;
+    if (s->decide(g, d, &bo, tmp, &bsi, &ignore) == 0) consider(&md, best, tmp, limit, x);
+  }
+  if (best->ok) {
+    md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+    int64_t pk;
+    if (md.m.start) ilp_eval(&md, best->dec, md.m.start, &pk);
+  }
+  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = o->time_limit > 0 ? o->time_limit : 60,
+                    .mip_gap = 1e-4, .quiet = o->quiet};
+  MilpResult r;
+  if (milp_solve(&md.m, &mo, &r, e)) goto out;
+  if (getenv("RATION_ILP_DEBUG"))
+    fprintf(stderr, "ilp-debug: min_memory %d cols %d rows %d nnz %d positions %d cand %d prods %d: status %d obj %g bound %g %.2f s start %s\n",
+            min_memory, md.m.ncols, md.m.nrows, md.m.nnz, md.npos, md.ncand, md.nprod, r.status, r.objective, r.bound, r.seconds,
+            md.m.start ? "yes" : "no");
+  snprintf(si->name, sizeof si->name, "%s", mo.solver);
+  bool have = r.status == MILP_OPTIMAL || r.status == MILP_FEASIBLE || r.status == MILP_TIME_LIMIT;
+  if (have) {
+    decisions_from_x(&md, r.x, tmp);
+    consider(&md, best, tmp, limit, x);
+  } else if (r.status == MILP_NO_SOLUTION) {
+    MilpOptions lo = mo;
+    lo.lp_only = true;
+    MilpResult lr;
+    if (milp_solve(&md.m, &lo, &lr, e) == 0 && lr.status == MILP_FEASIBLE) {
+      decisions_from_x(&md, lr.x, tmp);
+      consider(&md, best, tmp, limit, x);
+    }
+    milp_result_free(&lr);
+  }
+  snprintf(si->status, sizeof si->status, "%s",
+           r.status == MILP_OPTIMAL ? "optimal" : r.status == MILP_TIME_LIMIT || r.status == MILP_NO_SOLUTION ? "time_limit" : "feasible");
+  si->seconds = r.seconds;
+  if (best->ok) {
+    si->objective = best->objective;
+    si->bound = r.status == MILP_INFEASIBLE ? best->objective : fmin(r.bound, best->objective);
+    si->gap = fabs(si->objective) > 0 ? (si->objective - si->bound) / fabs(si->objective) : 0;
+    if (si->gap < 1e-12) si->gap = 0;
+    if (r.status == MILP_OPTIMAL && si->gap > mo.mip_gap) snprintf(si->status, sizeof si->status, "feasible");
+  }
+  milp_result_free(&r);
+  rc = 0;
+out:
+  free(x);
+  free(tmp);
+  ilp_free(&md);
+  return rc;
+}
+
+/* The smallest arena the planner can reach: the memory-minimizing solve. */
+static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
+  Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
+  SolverInfo si = {.name = "none", .status = "not_used"};
+  int64_t best = -1;
+  if (!c.dec) return err_set(e, "%s: out of memory", g->path);
+  if (solve_at(g, d, o, INT64_MAX / 4, true, &c, &si, e) == 0 && c.ok) {
+    Plan *p = plan_from_decisions(g, d, c.dec, e);
+    if (p) best = p->arena_bytes > c.peak ? p->arena_bytes : c.peak;
+    plan_free(p);
+  }
+  free(c.dec);
+  return best;
+}
+
+int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) { return min_budget(g, d, o, e); }
+
+int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+  Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
+  if (!c.dec) return err_set(e, "%s: out of memory", g->path);
+  int64_t limit = o->budget_bytes;
+  int rc = -1;
+  /* Fragmentation: an arena over the budget tightens the rows and re-solves. */
+  for (int round = 0; round < 6; round++) {
+    if (solve_at(g, d, o, limit, false, &c, si, e)) goto out;
+    if (!c.ok) break;
+    Plan *p = plan_from_decisions(g, d, c.dec, e);
+    if (!p) goto out;
+    int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
+    plan_free(p);
+    if (peak != c.peak) {
+      err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
+              c.peak, peak);
+      goto out;
+    }
+    if (arena <= o->budget_bytes) {
+      memcpy(dec, c.dec, (size_t)g->ntensors * sizeof(Decision));
+      rc = 0;
+      goto out;
+    }
+    limit -= arena - o->budget_bytes;
+    c.ok = false;
+  }
+  {
+    Err e2;
+    int64_t m = min_budget(g, d, o, &e2);
+    char b1[32], b2[32];
+    if (m < 0)
+      err_set(e, "%s: no plan fits the budget of %" PRId64 " bytes (%s)", g->path, o->budget_bytes,
+              util_fmt_bytes(o->budget_bytes, b1, sizeof b1));
+    else
+      err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s; the smallest budget the planner can meet is %" PRId64
+                 " bytes (%s)",
+              g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, m,
+              util_fmt_bytes(m, b2, sizeof b2));
+  }
+out:
+  free(c.dec);
+  return rc;
+}
