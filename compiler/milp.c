@@ -199,6 +199,7 @@ static int glpk_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e
   glp_prob *P = glpk_load(m);
   if (!P) return err_set(e, "milp: out of memory");
   double t0 = now();
+  glp_scale_prob(P, GLP_SF_AUTO);
   glp_smcp smcp;
   glp_init_smcp(&smcp);
   smcp.msg_lev = GLP_MSG_OFF;
@@ -235,13 +236,25 @@ static int glpk_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e
   iocp.mip_gap = o->mip_gap;
   iocp.br_tech = GLP_BR_PCH;
   iocp.bt_tech = GLP_BT_BLB;
-  iocp.fp_heur = GLP_ON;
-  iocp.mir_cuts = GLP_ON;
+  const char *opt = getenv("RATION_GLPK");
+  iocp.fp_heur = opt && strchr(opt, 'f') ? GLP_ON : GLP_OFF;
+  iocp.ps_heur = opt && strchr(opt, 'p') ? GLP_ON : GLP_OFF;
+  iocp.ps_tm_lim = 2000;
+  iocp.mir_cuts = opt && strchr(opt, 'm') ? GLP_ON : GLP_OFF;
+  iocp.gmi_cuts = opt && strchr(opt, 'g') ? GLP_ON : GLP_OFF;
+  iocp.cov_cuts = opt && strchr(opt, 'c') ? GLP_ON : GLP_OFF;
+  iocp.clq_cuts = opt && strchr(opt, 'q') ? GLP_ON : GLP_OFF;
+  if (opt && strchr(opt, 'd')) iocp.br_tech = GLP_BR_DTH;
+  if (opt && strchr(opt, 'b')) iocp.bt_tech = GLP_BT_BPH;
   if (o->time_limit > 0) {
     double left = o->time_limit - (now() - t0);
     iocp.tm_lim = left > 0.001 ? (int)fmin(left * 1000, 2e9) : 1;
   }
+  double t_lp = now() - t0;
   rc = glp_intopt(P, &iocp);
+  if (getenv("RATION_ILP_DEBUG"))
+    fprintf(stderr, "milp-debug: lp %.2f s (obj %g), intopt rc %d %.2f s, heur start %s\n", t_lp, r->bound, rc, now() - t0 - t_lp,
+            cb.gave_start ? "given" : "not given");
   int st = glp_mip_status(P);
   if (st == GLP_OPT || st == GLP_FEAS) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);

@@ -21,8 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LIN_MAX 8
+#define ILP_UNIT 1048576.0 /* memory rows in MiB */
 
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
@@ -59,11 +61,17 @@ typedef struct Run {
   bool open;
 } Run;
 
+typedef struct Window {
+  int stream, a, b, col;
+  double cap;
+} Window;
+
 typedef struct Ilp {
   const Graph *g;
   const Device *d;
   Milp m;
   bool min_memory;
+  int depth; /* pulls reach at most this many ops before an op's own need; <= 0: unbounded */
   int *colK, *colR, *colO; /* per tensor, -1 */
   int *cand_first, *cand_n; /* per op, into cand_t / ycol */
   int *cand_t, *ycol, ncand;
@@ -80,6 +88,12 @@ typedef struct Ilp {
   int *mcol; /* per position */
   int peak_col;
   double *stall_us; /* per tensor: estimated stall if offloaded */
+  int *col_q;        /* running stall sum per op (build_stalls) */
+  double *t_end;     /* compute end of each op without stalls */
+  int *wait_at, *issue_at; /* per offloadable tensor: its static copy points */
+  double *copy_us[2];
+  Window *win;
+  int nwin, cap_win;
   Run run; /* scratch of the memory terms */
   Sig sig;
   bool failed;
@@ -382,8 +396,21 @@ static int build_candidates(Ilp *md) {
   for (int q = n - 1; q >= 0; q--) {
     const Op *o = &g->ops[q];
     if (o->phase != PHASE_FORWARD) continue;
-    int cnt = 0;
-#define ADD(k) do { if (mark[k] != q) { mark[k] = q; tmp[cnt++] = (k); } } while (0)
+    int cnt = 0, lo = INT32_MIN;
+    for (int k = 0; k < o->noutputs; k++) {
+      const Tensor *tv = &g->tensors[o->outputs[k]];
+      if (regen(md, o->outputs[k]) && tv->stashed && tv->first_bwd_read - md->depth > lo) lo = tv->first_bwd_read - md->depth;
+    }
+    if (md->depth <= 0 || lo == INT32_MIN) lo = INT32_MIN;
+    else {
+      int own = INT32_MAX;
+      for (int k = 0; k < o->noutputs; k++) {
+        const Tensor *tv = &g->tensors[o->outputs[k]];
+        if (regen(md, o->outputs[k]) && tv->stashed && tv->first_bwd_read < own) own = tv->first_bwd_read;
+      }
+      lo = own - md->depth;
+    }
+#define ADD(k) do { if (mark[k] != q && (k) >= lo) { mark[k] = q; tmp[cnt++] = (k); } } while (0)
     for (int k = 0; k < o->noutputs; k++) {
       int v = o->outputs[k];
       if (!regen(md, v)) continue;
@@ -502,13 +529,171 @@ static void build_decisions(Ilp *md) {
     md->stall_us[t] = stall_estimate(md, t);
     md->colK[t] = new_col(md, 0, 1, 0, true);
     md->colR[t] = new_col(md, 0, 1, 0, true);
-    md->colO[t] = new_col(md, 0, 1, md->min_memory ? 0 : md->stall_us[t], true);
+    md->colO[t] = new_col(md, 0, 1, 0, true);
     Lin one = lin_const(0);
     lin_add(md, &one, md->colK[t], 1);
     lin_add(md, &one, md->colR[t], 1);
     lin_add(md, &one, md->colO[t], 1);
     row_lin(md, 1, 1, &one);
   }
+}
+
+/* Copy stalls (docs/PLANNING.md, "Stalls"): s[b] >= 0 is the stall at op
+ * b (the waits after it and in its prelude), Q[b] their running sum. A
+ * window [a, b] of one copy stream: the copies issued in it and due in it
+ * need their copy time, which the compute between a and b and the stalls
+ * inside the window must cover (interval capacity of a FIFO queue). Each
+ * window is a running sum C over b for one a. Static approximations:
+ * prefetches are timed for each tensor's first backward reader, re-runs add
+ * no time to hide copies behind, windows span at most ILP_WINDOW ops. */
+#define ILP_WINDOW 96
+
+static double t_before(const Ilp *md, int i) { return i > 0 ? md->t_end[i - 1] : 0; }
+
+/* Stream 0 (D2H): issued after op p, due at the wait after op w. Stream 1
+ * (H2D): issued at the start of op issue's group, due before op f. Stream
+ * 2: one tensor's round trip. */
+static bool in_window(const Ilp *md, int stream, int t, int a, int b) {
+  const Tensor *x = &md->g->tensors[t];
+  if (stream == 0) return x->producer >= a && md->wait_at[t] == b;
+  return md->issue_at[t] >= a && x->first_bwd_read == b;
+}
+
+static void add_window(Ilp *md, int stream, int a, int b, int c, double cap) {
+  if (!push((void **)&md->win, md->nwin, &md->cap_win, sizeof(Window))) {
+    md->failed = true;
+    return;
+  }
+  md->win[md->nwin++] = (Window){stream, a, b, c, cap};
+}
+
+static void build_stalls(Ilp *md) {
+  const Graph *g = md->g;
+  const Device *d = md->d;
+  int n = g->nops, nt = g->ntensors;
+  if (md->min_memory) return;
+  md->t_end = util_xcalloc((size_t)n + 1, sizeof(double));
+  md->col_q = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->wait_at = util_xcalloc((size_t)nt + 1, sizeof(int));
+  md->issue_at = util_xcalloc((size_t)nt + 1, sizeof(int));
+  md->copy_us[0] = util_xcalloc((size_t)nt + 1, sizeof(double));
+  md->copy_us[1] = util_xcalloc((size_t)nt + 1, sizeof(double));
+  int *cols = util_xcalloc((size_t)nt + 4, sizeof(int));
+  double *vals = util_xcalloc((size_t)nt + 4, sizeof(double));
+  if (!md->t_end || !md->col_q || !md->wait_at || !md->issue_at || !md->copy_us[0] || !md->copy_us[1] || !cols || !vals) {
+    md->failed = true;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) md->t_end[i] = (i ? md->t_end[i - 1] : 0) + op_us(md, i);
+  for (int t = 0; t < nt; t++) {
+    if (md->colO[t] < 0) continue;
+    md->wait_at[t] = plan_offload_wait_op(g, d, t);
+    md->issue_at[t] = plan_prefetch_issue_op(g, d, t, g->tensors[t].first_bwd_read);
+    md->copy_us[0][t] = cost_d2h_seconds(d, g->tensors[t].bytes) * 1e6;
+    md->copy_us[1][t] = cost_h2d_seconds(d, g->tensors[t].bytes) * 1e6;
+  }
+  for (int b = 0; b < n; b++) {
+    md->col_q[b] = new_col(md, 0, HUGE_VAL, b == n - 1 ? 1 : 0, false);
+    if (b) { /* Q[b] >= Q[b-1]: s[b] = Q[b] - Q[b-1] >= 0 */
+      cols[0] = md->col_q[b], vals[0] = 1, cols[1] = md->col_q[b - 1], vals[1] = -1;
+      if (milp_row(&md->m, 0, HUGE_VAL, 2, cols, vals) < 0) md->failed = true;
+    }
+  }
+  char *start = util_xcalloc((size_t)n + 1, 1), *due = util_xcalloc((size_t)n + 1, 1);
+  if (!start || !due) {
+    free(start), free(due);
+    md->failed = true;
+    goto out;
+  }
+  for (int stream = 0; stream < 2; stream++) {
+    memset(start, 0, (size_t)n);
+    memset(due, 0, (size_t)n);
+    for (int t = 0; t < nt; t++) {
+      if (md->colO[t] < 0) continue;
+      start[stream ? md->issue_at[t] : g->tensors[t].producer] = 1;
+      due[stream ? g->tensors[t].first_bwd_read : md->wait_at[t]] = 1;
+    }
+    for (int a = 0; a < n; a++) {
+      if (!start[a]) continue;
+      int prev = -1;
+      for (int b = a; b < n && b <= a + ILP_WINDOW; b++) {
+        if (!due[b]) continue;
+        int k = 0;
+        for (int t = 0; t < nt; t++)
+          if (md->colO[t] >= 0 && in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k++] = -md->copy_us[stream][t];
+        if (!k) continue;
+        int c = new_col(md, 0, HUGE_VAL, 0, false);
+        cols[k] = c, vals[k++] = 1;
+        if (prev >= 0) cols[k] = prev, vals[k++] = -1;
+        if (milp_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
+        prev = c;
+        double cap = stream ? t_before(md, b) - t_before(md, a) : md->t_end[b] - md->t_end[a];
+        /* Q[b] - Q[a-1] - C >= -cap */
+        k = 0;
+        cols[k] = md->col_q[b], vals[k++] = 1;
+        if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
+        cols[k] = c, vals[k++] = -1;
+        if (milp_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+        add_window(md, stream, a, b, c, cap);
+      }
+    }
+  }
+  free(start), free(due);
+  /* A round trip: offload after p, prefetch back before f. */
+  for (int t = 0; t < nt; t++) {
+    if (md->colO[t] < 0) continue;
+    int p = g->tensors[t].producer, f = g->tensors[t].first_bwd_read;
+    double cap = t_before(md, f) - md->t_end[p];
+    int k = 0;
+    cols[k] = md->col_q[f], vals[k++] = 1;
+    if (p) cols[k] = md->col_q[p - 1], vals[k++] = -1;
+    cols[k] = md->colO[t], vals[k++] = -(md->copy_us[0][t] + md->copy_us[1][t]);
+    if (milp_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+  }
+out:
+  free(cols), free(vals);
+}
+
+/* The least Q for one decision vector: difference rows on a chain, so one
+ * pass in op order settles them. */
+static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
+  const Graph *g = md->g;
+  int n = g->nops;
+  if (!md->col_q) return;
+  double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *need = util_xcalloc((size_t)n + 1, sizeof(double));
+  if (!q || !need) {
+    free(q), free(need);
+    return;
+  }
+  /* need[b]: the largest Q[a-1] + C - cap over windows and trips ending at b. */
+  for (int b = 0; b < n; b++) need[b] = -HUGE_VAL;
+  double cval = 0;
+  int last_a = -1, last_s = -1;
+  for (int i = 0; i < md->nwin; i++) {
+    const Window *w = &md->win[i];
+    if (w->a != last_a || w->stream != last_s) cval = 0, last_a = w->a, last_s = w->stream;
+    for (int t = 0; t < g->ntensors; t++)
+      if (md->colO[t] >= 0 && dec[t] == DEC_OFFLOAD && in_window(md, w->stream, t, w->a, w->b)) cval += md->copy_us[w->stream][t];
+    x[w->col] = cval;
+  }
+  for (int b = 0; b < n; b++) {
+    double v = b ? q[b - 1] : 0;
+    for (int i = 0; i < md->nwin; i++) {
+      const Window *w = &md->win[i];
+      if (w->b != b) continue;
+      double base = w->a ? q[w->a - 1] : 0;
+      if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
+    }
+    for (int t = 0; t < g->ntensors; t++) {
+      if (md->colO[t] < 0 || dec[t] != DEC_OFFLOAD || g->tensors[t].first_bwd_read != b) continue;
+      int p = g->tensors[t].producer;
+      double base = p ? q[p - 1] : 0, cap = t_before(md, b) - md->t_end[p];
+      if (base + md->copy_us[0][t] + md->copy_us[1][t] - cap > v) v = base + md->copy_us[0][t] + md->copy_us[1][t] - cap;
+    }
+    q[b] = v;
+    x[md->col_q[b]] = v;
+  }
+  free(q), free(need);
 }
 
 /* Y rows: each forward op is re-run at the first op whose prelude needs one
@@ -547,18 +732,10 @@ static void build_reruns(Ilp *md) {
           int q2 = md->cons[md->cons_first[v] + cc];
           if (cand_le(md, q2, k) < 0 || md->cand_t[md->cand_first[q2] + cand_le(md, q2, k)] != k) continue;
           if (tv->stashed && (!decided(md, v) || k > tv->first_bwd_read)) continue;
-          Lin y2 = yle(md, q2, k);
-          Lin e2 = eq(md, q2, k);
+                    Lin e2 = eq(md, q2, k);
           if (!tv->stashed) {
-            Lin low = y; /* y >= y2 */
-            lin_addl(md, &low, &y2, -1);
-            row_lin(md, 0, HUGE_VAL, &low);
             lin_addl(md, &up, &e2, -1);
           } else {
-            Lin low = y; /* y >= y2 + R - 1 */
-            lin_addl(md, &low, &y2, -1);
-            lin_add(md, &low, md->colR[v], -1);
-            row_lin(md, -1, HUGE_VAL, &low);
             int w = new_col(md, 0, 1, 0, false);
             Lin a = var(md, w);
             lin_addl(md, &a, &e2, -1);
@@ -579,6 +756,29 @@ static void build_reruns(Ilp *md) {
         }
       }
       row_lin(md, -HUGE_VAL, 0, &up);
+    }
+  }
+  /* A consumer re-run pulls q in with it. Outside q's (truncated) candidate
+   * set this row, with the upper rows, forbids the decisions instead. */
+  for (int q = 0; q < g->nops; q++) {
+    const Op *o = &g->ops[q];
+    if (o->phase != PHASE_FORWARD) continue;
+    for (int kk = 0; kk < o->noutputs; kk++) {
+      int v = o->outputs[kk];
+      if (!regen(md, v)) continue;
+      const Tensor *tv = &g->tensors[v];
+      if (tv->stashed && !decided(md, v)) continue;
+      for (int cc = 0; cc < md->cons_n[v]; cc++) {
+        int q2 = md->cons[md->cons_first[v] + cc];
+        for (int c2 = 0; c2 < md->cand_n[q2]; c2++) {
+          int k = md->cand_t[md->cand_first[q2] + c2];
+          if (tv->stashed && k > tv->first_bwd_read) break;
+          Lin low = yle(md, q, k); /* y >= y2 (+ R - 1) */
+          lin_add(md, &low, md->ycol[md->cand_first[q2] + c2], -1);
+          if (tv->stashed) lin_add(md, &low, md->colR[v], -1);
+          row_lin(md, tv->stashed ? -1 : 0, HUGE_VAL, &low);
+        }
+      }
     }
   }
 }
@@ -761,7 +961,7 @@ static void build_rows(Ilp *md, int64_t budget) {
   md->peak_col = md->min_memory ? new_col(md, 0, HUGE_VAL, 1, false) : -1;
   int e = 0;
   for (int p = 0; p < md->npos; p++) {
-    md->mcol[p] = new_col(md, -HUGE_VAL, md->min_memory ? HUGE_VAL : (double)budget, 0, false);
+    md->mcol[p] = new_col(md, -HUGE_VAL, md->min_memory ? HUGE_VAL : (double)budget / ILP_UNIT, 0, false);
     int n = 0;
     double cst = 0;
     cols[n] = md->mcol[p], vals[n++] = 1;
@@ -774,6 +974,9 @@ static void build_rows(Ilp *md, int64_t budget) {
       if (n && cols[n - 1] == md->ev[e].col) vals[n - 1] -= (double)md->ev[e].bytes;
       else cols[n] = md->ev[e].col, vals[n++] = -(double)md->ev[e].bytes;
     }
+    /* The rows count MiB: bytes would leave GLPK coefficients of 1e10. */
+    for (int i = p ? 2 : 1; i < n; i++) vals[i] /= ILP_UNIT;
+    cst /= ILP_UNIT;
     if (milp_row(&md->m, cst, cst, n, cols, vals) < 0) md->failed = true;
     if (md->min_memory) {
       int c2[2] = {md->mcol[p], md->peak_col};
@@ -792,10 +995,13 @@ static void ilp_free(Ilp *md) {
   free(md->pos_op), free(md->pos_q), free(md->grp_first), free(md->grp_comp);
   free(md->cons_first), free(md->cons_n), free(md->cons);
   free(md->ev), free(md->prod), free(md->fac), free(md->mcol), free(md->stall_us);
+  free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
+  free(md->win);
 }
 
-static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, Err *e) {
+static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
   memset(md, 0, sizeof *md);
+  md->depth = depth;
   md->g = g;
   md->d = d;
   md->min_memory = min_memory;
@@ -804,10 +1010,12 @@ static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, b
   md->colR = util_xcalloc((size_t)n + 1, sizeof(int));
   md->colO = util_xcalloc((size_t)n + 1, sizeof(int));
   md->stall_us = util_xcalloc((size_t)n + 1, sizeof(double));
+
   if (!md->colK || !md->colR || !md->colO || !md->stall_us || build_consumers(md) || build_candidates(md) ||
       build_positions(md))
     goto oom;
   build_decisions(md);
+  build_stalls(md);
   build_reruns(md);
   build_memory(md);
   build_rows(md, budget);
@@ -851,6 +1059,7 @@ static int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak
     for (int c = 0; c < md->cand_n[q]; c++)
       x[md->ycol[md->cand_first[q] + c]] = rerun[q] >= 0 && rerun[q] <= md->cand_t[md->cand_first[q] + c];
   }
+  eval_stalls(md, dec, x);
   /* Products in creation order: factors only use earlier columns. */
   for (int i = 0; i < md->nprod; i++) {
     const Prod *pr = &md->prod[i];
@@ -869,10 +1078,10 @@ static int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak
   for (int p = 0; p < md->npos; p++) {
     for (; e < md->nev && md->ev[e].pos == p; e++)
       live += md->ev[e].col < 0 ? md->ev[e].bytes : (int64_t)llround(x[md->ev[e].col]) * md->ev[e].bytes;
-    x[md->mcol[p]] = (double)live;
+    x[md->mcol[p]] = (double)live / ILP_UNIT;
     if (live > best) best = live;
   }
-  if (md->peak_col >= 0) x[md->peak_col] = (double)best;
+  if (md->peak_col >= 0) x[md->peak_col] = (double)best / ILP_UNIT;
   *peak = best;
   rc = 0;
 out:
@@ -904,7 +1113,7 @@ static double objective_of(const Ilp *md, const double *x) {
 
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e) {
   Ilp md;
-  if (ilp_build(&md, g, d, INT64_MAX / 4, false, e)) return -1;
+  if (ilp_build(&md, g, d, INT64_MAX / 4, false, 0, e)) return -1;
   double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   int64_t peak = -1;
   if (!x) err_set(e, "%s: out of memory", g->path);
@@ -936,45 +1145,165 @@ static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_
   best->ok = true;
 }
 
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* First-improvement descent over single decision changes, judged by the
+ * exact evaluation: a strong incumbent for branch and bound, which GLPK's
+ * own heuristics rarely find on these models. */
+static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double budget_s) {
+  const Graph *g = md->g;
+  if (!best->ok) return;
+  Decision *cur = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  if (!cur) return;
+  memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
+  double t0 = seconds_now();
+  for (bool moved = true; moved && seconds_now() - t0 < budget_s;) {
+    moved = false;
+    for (int i = 0; i < g->nstashed && seconds_now() - t0 < budget_s; i++) {
+      int t = g->stashed[i];
+      if (md->colK[t] < 0) continue;
+      Decision was = cur[t];
+      for (int dd = DEC_KEEP; dd <= DEC_OFFLOAD; dd++) {
+        if (dd == (int)was) continue;
+        cur[t] = (Decision)dd;
+        double before = best->objective;
+        consider(md, best, cur, limit, x);
+        if (best->objective < before - 1e-9) {
+          was = cur[t];
+          moved = true;
+        }
+      }
+      cur[t] = was;
+      memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
+    }
+  }
+  free(cur);
+}
+
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
 /* One solve at a memory limit: the MILP warm-started from the best
  * baseline, the LP relaxation rounded if the MILP found nothing. */
+/* Starting points: every baseline in the strategy table, and everything
+ * offloaded (reaches memory no baseline may, needs no re-run). */
+static int starts(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, Decision **out) {
+  int n = 0;
+  PlanOptions bo = *o;
+  bo.budget_bytes = limit;
+  for (size_t b = 0; b < sizeof baselines / sizeof baselines[0] + 1; b++) {
+    Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+    if (!dec) break;
+    for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+    bool ok = false;
+    if (b < sizeof baselines / sizeof baselines[0]) {
+      const PlanStrategy *s = plan_find_strategy(baselines[b]);
+      Err ignore;
+      SolverInfo bsi = {.name = "none", .status = "not_used"};
+      bo.strategy = baselines[b];
+      ok = s && s->decide(g, d, &bo, dec, &bsi, &ignore) == 0;
+    } else {
+      for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = DEC_OFFLOAD;
+      ok = true;
+    }
+    if (ok) out[n++] = dec;
+    else free(dec);
+  }
+  return n;
+}
+
+/* How far before its own need any start re-runs an op: the pull depth the
+ * model must cover so that every start stays representable. */
+static int depth_needed(const Graph *g, Decision **st, int nst) {
+  int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
+  int depth = 0;
+  for (int i = 0; rerun && need && i < nst; i++) {
+    if (plan_family_positions(g, st[i], rerun, need)) continue;
+    for (int q = 0; q < g->nops; q++) {
+      if (rerun[q] < 0) continue;
+      int own = INT32_MAX;
+      const Op *o = &g->ops[q];
+      for (int k = 0; k < o->noutputs; k++) {
+        const Tensor *tv = &g->tensors[o->outputs[k]];
+        if (plan_regenerable(g, o->outputs[k]) && tv->stashed && tv->first_bwd_read < own) own = tv->first_bwd_read;
+      }
+      if (own != INT32_MAX && own - rerun[q] > depth) depth = own - rerun[q];
+    }
+  }
+  free(rerun);
+  free(need);
+  return depth;
+}
+
+/* Graphs up to this many ops get the full pull closure; larger ones a
+ * bounded depth (docs/PLANNING.md, "Scale"). */
+#define ILP_FULL_OPS 300
+#define ILP_DEPTH 48
+#define ILP_MAX_DEPTH 160
+
+/* Starts within the limit, kept for the final choice by simulation. */
+#define ILP_POOL 8
+typedef struct Pool {
+  Candidate c[ILP_POOL];
+  int n;
+} Pool;
+
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
-                    Candidate *best, SolverInfo *si, Err *e) {
+                    Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
+  Decision *st[sizeof baselines / sizeof baselines[0] + 1];
+  int nst = starts(g, d, o, limit, st);
+  int depth = g->nops <= ILP_FULL_OPS ? 0 : depth_needed(g, st, nst);
+  if (g->nops > ILP_FULL_OPS && depth < ILP_DEPTH) depth = ILP_DEPTH;
+  if (depth > ILP_MAX_DEPTH) depth = ILP_MAX_DEPTH;
   Ilp md;
-  if (ilp_build(&md, g, d, limit, min_memory, e)) return -1;
   int rc = -1;
-  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
-  Decision *tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  double *x = NULL;
+  Decision *tmp = NULL;
+  if (ilp_build(&md, g, d, limit, min_memory, depth, e)) {
+    for (int i = 0; i < nst; i++) free(st[i]);
+    return -1;
+  }
+  x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   if (!x || !tmp) {
     err_set(e, "%s: out of memory", g->path);
     goto out;
   }
   best->ok = false;
-  PlanOptions bo = *o;
-  bo.budget_bytes = limit;
-  for (size_t b = 0; b < sizeof baselines / sizeof baselines[0]; b++) {
-    const PlanStrategy *s = plan_find_strategy(baselines[b]);
-    if (!s) continue;
-    Err ignore;
-    SolverInfo bsi = {.name = "none", .status = "not_used"};
-    bo.strategy = baselines[b];
-    for (int t = 0; t < g->ntensors; t++) tmp[t] = DEC_NONE;
-    if (s->decide(g, d, &bo, tmp, &bsi, &ignore) == 0) consider(&md, best, tmp, limit, x);
+  for (int i = 0; i < nst; i++) {
+    consider(&md, best, st[i], limit, x);
+    if (!pool || pool->n == ILP_POOL) continue;
+    Candidate *pc = &pool->c[pool->n];
+    pc->ok = false;
+    consider(&md, pc, st[i], limit, x);
+    if (pc->ok) pool->n++;
   }
+  double budget_s = o->time_limit > 0 ? o->time_limit : 60;
+  /* The LP relaxation rounded to the largest of K/R/O, and a descent from
+   * the best start found so far. */
+  MilpOptions lpo = {.solver = o->solver ? o->solver : "glpk", .time_limit = budget_s / 4, .mip_gap = 0.005, .quiet = true, .lp_only = true};
+  MilpResult lpr;
+  if (milp_solve(&md.m, &lpo, &lpr, e) == 0 && lpr.status == MILP_FEASIBLE) {
+    decisions_from_x(&md, lpr.x, tmp);
+    consider(&md, best, tmp, limit, x);
+  }
+  milp_result_free(&lpr);
+  improve(&md, best, limit, x, budget_s / 4);
   if (best->ok) {
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     int64_t pk;
     if (md.m.start) ilp_eval(&md, best->dec, md.m.start, &pk);
   }
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = o->time_limit > 0 ? o->time_limit : 60,
-                    .mip_gap = 1e-4, .quiet = o->quiet};
+                    .mip_gap = 0.005, .quiet = o->quiet};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
   if (getenv("RATION_ILP_DEBUG"))
-    fprintf(stderr, "ilp-debug: min_memory %d cols %d rows %d nnz %d positions %d cand %d prods %d: status %d obj %g bound %g %.2f s start %s\n",
-            min_memory, md.m.ncols, md.m.nrows, md.m.nnz, md.npos, md.ncand, md.nprod, r.status, r.objective, r.bound, r.seconds,
+    fprintf(stderr, "ilp-debug: depth %d min_memory %d cols %d rows %d nnz %d positions %d cand %d prods %d: status %d obj %g bound %g %.2f s start %s\n",
+            depth, min_memory, md.m.ncols, md.m.nrows, md.m.nnz, md.npos, md.ncand, md.nprod, r.status, r.objective, r.bound, r.seconds,
             md.m.start ? "yes" : "no");
   snprintf(si->name, sizeof si->name, "%s", mo.solver);
   bool have = r.status == MILP_OPTIMAL || r.status == MILP_FEASIBLE || r.status == MILP_TIME_LIMIT;
@@ -1004,6 +1333,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   milp_result_free(&r);
   rc = 0;
 out:
+  for (int i = 0; i < nst; i++) free(st[i]);
   free(x);
   free(tmp);
   ilp_free(&md);
@@ -1016,7 +1346,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
   SolverInfo si = {.name = "none", .status = "not_used"};
   int64_t best = -1;
   if (!c.dec) return err_set(e, "%s: out of memory", g->path);
-  if (solve_at(g, d, o, INT64_MAX / 4, true, &c, &si, e) == 0 && c.ok) {
+  if (solve_at(g, d, o, INT64_MAX / 4, true, &c, NULL, &si, e) == 0 && c.ok) {
     Plan *p = plan_from_decisions(g, d, c.dec, e);
     if (p) best = p->arena_bytes > c.peak ? p->arena_bytes : c.peak;
     plan_free(p);
@@ -1029,28 +1359,50 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
 
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
-  if (!c.dec) return err_set(e, "%s: out of memory", g->path);
-  int64_t limit = o->budget_bytes;
+  Pool pool;
+  memset(&pool, 0, sizeof pool);
+  for (int i = 0; i < ILP_POOL; i++) pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  for (int i = 0; i < ILP_POOL; i++)
+    if (!pool.c[i].dec) c.ok = true;
   int rc = -1;
+  if (!c.dec || c.ok) {
+    err_set(e, "%s: out of memory", g->path);
+    goto out;
+  }
+  int64_t limit = o->budget_bytes;
   /* Fragmentation: an arena over the budget tightens the rows and re-solves. */
   for (int round = 0; round < 6; round++) {
-    if (solve_at(g, d, o, limit, false, &c, si, e)) goto out;
+    pool.n = 0;
+    if (solve_at(g, d, o, limit, false, &c, &pool, si, e)) goto out;
     if (!c.ok) break;
-    Plan *p = plan_from_decisions(g, d, c.dec, e);
-    if (!p) goto out;
-    int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
-    plan_free(p);
-    if (peak != c.peak) {
-      err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
-              c.peak, peak);
-      goto out;
+    /* The objective estimates stalls; the simulator has the last word
+     * among the solution and the starts (so no baseline is ever better). */
+    const Candidate *pick = NULL;
+    double best_s = HUGE_VAL;
+    for (int i = -1; i < pool.n; i++) {
+      const Candidate *k = i < 0 ? &c : &pool.c[i];
+      Plan *p = plan_from_decisions(g, d, k->dec, e);
+      if (!p) goto out;
+      int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
+      double step = p->predicted.step_seconds;
+      plan_free(p);
+      if (peak != k->peak) {
+        err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
+                k->peak, peak);
+        goto out;
+      }
+      if (arena <= o->budget_bytes && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
     }
-    if (arena <= o->budget_bytes) {
-      memcpy(dec, c.dec, (size_t)g->ntensors * sizeof(Decision));
+    if (pick) {
+      memcpy(dec, pick->dec, (size_t)g->ntensors * sizeof(Decision));
+      if (pick != &c) si->objective = pick->objective;
       rc = 0;
       goto out;
     }
-    limit -= arena - o->budget_bytes;
+    Plan *p = plan_from_decisions(g, d, c.dec, e);
+    if (!p) goto out;
+    limit -= p->arena_bytes - o->budget_bytes;
+    plan_free(p);
     c.ok = false;
   }
   {
@@ -1068,5 +1420,6 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   }
 out:
   free(c.dec);
+  for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;
 }
