@@ -2,7 +2,7 @@
  * milp.c - a solver-neutral mixed-integer program (columns with bounds,
  * integrality and objective; sparse rows with two-sided bounds; an optional
  * starting solution) and its two back ends: GLPK (the default) and COIN-OR
- * CBC through its C interface. Planners build one Milp and never touch a
+ * CBC through its C interface. Planners build one MilpModel and never touch a
  * solver API, so both solvers see the same model.
  *
  * GLPK: the LP relaxation is solved first by the simplex with its presolver,
@@ -31,7 +31,7 @@ static bool grow(void **arr, int need, int *cap, size_t elem) {
   return true;
 }
 
-int milp_col(Milp *m, double lb, double ub, double obj, bool integer) {
+int milp_add_col(MilpModel *m, double lb, double ub, double obj, bool integer) {
   if (m->failed) return -1;
   if (m->ncols == m->cap_cols) {
     int n = m->cap_cols ? 2 * m->cap_cols : 256;
@@ -54,7 +54,7 @@ int milp_col(Milp *m, double lb, double ub, double obj, bool integer) {
   return c;
 }
 
-int milp_row(Milp *m, double lb, double ub, int n, const int *cols, const double *vals) {
+int milp_add_row(MilpModel *m, double lb, double ub, int n, const int *cols, const double *vals) {
   if (m->failed) return -1;
   int cap = m->cap_rows;
   if (!grow((void **)&m->row_lb, m->nrows + 1, &cap, sizeof(double)) ||
@@ -78,7 +78,7 @@ int milp_row(Milp *m, double lb, double ub, int n, const int *cols, const double
   return r;
 }
 
-void milp_free(Milp *m) {
+void milp_model_free(MilpModel *m) {
   free(m->obj);
   free(m->col_lb);
   free(m->col_ub);
@@ -92,7 +92,7 @@ void milp_free(Milp *m) {
   memset(m, 0, sizeof *m);
 }
 
-double milp_violation(const Milp *m, const double *x) {
+double milp_violation(const MilpModel *m, const double *x) {
   double worst = 0;
   double *act = util_xcalloc((size_t)m->nrows + 1, sizeof(double));
   if (!act) return INFINITY;
@@ -116,7 +116,7 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double obj_of(const Milp *m, const double *x) {
+static double obj_of(const MilpModel *m, const double *x) {
   double v = m->obj_offset;
   for (int c = 0; c < m->ncols; c++) v += m->obj[c] * x[c];
   return v;
@@ -130,10 +130,10 @@ static double rel_gap(double inc, double bound) {
 /* ------------------------------------------------------------- GLPK */
 
 typedef struct GlpkCb {
-  const Milp *m;
+  const MilpModel *m;
   const MilpOptions *o;
   double t0, last_print, bound;
-  bool gave_start;
+  bool gave_start, stopped;
 } GlpkCb;
 
 static void glpk_callback(glp_tree *T, void *info) {
@@ -147,6 +147,11 @@ static void glpk_callback(glp_tree *T, void *info) {
       glp_ios_heur_sol(T, x1);
       free(x1);
     }
+  }
+  if (cb->o->time_limit > 0 && now() - cb->t0 > cb->o->time_limit) {
+    cb->stopped = true;
+    glp_ios_terminate(T);
+    return;
   }
   int best = glp_ios_best_node(T);
   if (best) cb->bound = glp_ios_node_bound(T, best) + cb->m->obj_offset;
@@ -164,7 +169,7 @@ static void glpk_callback(glp_tree *T, void *info) {
   }
 }
 
-static glp_prob *glpk_load(const Milp *m) {
+static glp_prob *glpk_load(const MilpModel *m) {
   glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
   if (m->ncols) glp_add_cols(P, m->ncols);
@@ -194,7 +199,7 @@ static glp_prob *glpk_load(const Milp *m) {
   return P;
 }
 
-static int glpk_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e) {
+static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   glp_term_out(GLP_OFF);
   glp_prob *P = glpk_load(m);
   if (!P) return err_set(e, "milp: out of memory");
@@ -234,27 +239,16 @@ static int glpk_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e
   iocp.cb_func = glpk_callback;
   iocp.cb_info = &cb;
   iocp.mip_gap = o->mip_gap;
-  iocp.br_tech = GLP_BR_PCH;
+  iocp.br_tech = GLP_BR_DTH;
   iocp.bt_tech = GLP_BT_BLB;
-  const char *opt = getenv("RATION_GLPK");
-  iocp.fp_heur = opt && strchr(opt, 'f') ? GLP_ON : GLP_OFF;
-  iocp.ps_heur = opt && strchr(opt, 'p') ? GLP_ON : GLP_OFF;
-  iocp.ps_tm_lim = 2000;
-  iocp.mir_cuts = opt && strchr(opt, 'm') ? GLP_ON : GLP_OFF;
-  iocp.gmi_cuts = opt && strchr(opt, 'g') ? GLP_ON : GLP_OFF;
-  iocp.cov_cuts = opt && strchr(opt, 'c') ? GLP_ON : GLP_OFF;
-  iocp.clq_cuts = opt && strchr(opt, 'q') ? GLP_ON : GLP_OFF;
-  if (opt && strchr(opt, 'd')) iocp.br_tech = GLP_BR_DTH;
-  if (opt && strchr(opt, 'b')) iocp.bt_tech = GLP_BT_BPH;
+  /* Measured on these models: pseudocost branching spends its first
+   * seconds in strong-branching LPs, and the cut generators and GLPK's
+   * heuristics never paid for themselves; the starting solution does. */
   if (o->time_limit > 0) {
     double left = o->time_limit - (now() - t0);
     iocp.tm_lim = left > 0.001 ? (int)fmin(left * 1000, 2e9) : 1;
   }
-  double t_lp = now() - t0;
   rc = glp_intopt(P, &iocp);
-  if (getenv("RATION_ILP_DEBUG"))
-    fprintf(stderr, "milp-debug: lp %.2f s (obj %g), intopt rc %d %.2f s, heur start %s\n", t_lp, r->bound, rc, now() - t0 - t_lp,
-            cb.gave_start ? "given" : "not given");
   int st = glp_mip_status(P);
   if (st == GLP_OPT || st == GLP_FEAS) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
@@ -264,7 +258,7 @@ static int glpk_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e
       /* Within mip_gap of the best node: the bound is what closed it. */
       if (cb.bound > r->objective || rc == 0) r->bound = fmin(r->objective, fmax(cb.bound, r->bound));
     } else {
-      r->status = rc == GLP_ETMLIM ? MILP_TIME_LIMIT : MILP_FEASIBLE;
+      r->status = rc == GLP_ETMLIM || cb.stopped ? MILP_TIME_LIMIT : MILP_FEASIBLE;
       r->bound = fmax(cb.bound, r->bound);
     }
   } else if (st == GLP_NOFEAS) {
@@ -281,7 +275,7 @@ done:
 
 /* -------------------------------------------------------------- CBC */
 
-static int cbc_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e) {
+static int cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   double t0 = now();
   int *start = util_xcalloc((size_t)m->ncols + 1, sizeof(int)), *index = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
   double *value = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
@@ -339,7 +333,7 @@ static int cbc_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e)
   return 0;
 }
 
-int milp_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e) {
+int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   memset(r, 0, sizeof *r);
   if (m->failed) return err_set(e, "milp: out of memory while building the model");
   r->x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));

@@ -25,6 +25,8 @@
 
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
+#define ILP_TIME_LIMIT 10.0  /* default seconds per decision */
+#define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
@@ -69,7 +71,7 @@ typedef struct Window {
 typedef struct Ilp {
   const Graph *g;
   const Device *d;
-  Milp m;
+  MilpModel m;
   bool min_memory;
   int depth; /* pulls reach at most this many ops before an op's own need; <= 0: unbounded */
   int *colK, *colR, *colO; /* per tensor, -1 */
@@ -87,7 +89,6 @@ typedef struct Ilp {
   int nfac, cap_fac;
   int *mcol; /* per position */
   int peak_col;
-  double *stall_us; /* per tensor: estimated stall if offloaded */
   int *col_q;        /* running stall sum per op (build_stalls) */
   double *t_end;     /* compute end of each op without stalls */
   int *wait_at, *issue_at; /* per offloadable tensor: its static copy points */
@@ -145,12 +146,12 @@ static bool lin_is_const(const Lin *l) {
 
 static void row_lin(Ilp *md, double lb, double ub, const Lin *l) {
   if (lin_is_const(l)) return;
-  if (milp_row(&md->m, lb > -HUGE_VAL ? lb - l->k : lb, ub < HUGE_VAL ? ub - l->k : ub, l->n, l->col, l->c) < 0)
+  if (milp_add_row(&md->m, lb > -HUGE_VAL ? lb - l->k : lb, ub < HUGE_VAL ? ub - l->k : ub, l->n, l->col, l->c) < 0)
     md->failed = true;
 }
 
 static int new_col(Ilp *md, double lb, double ub, double obj, bool integer) {
-  int c = milp_col(&md->m, lb, ub, obj, integer);
+  int c = milp_add_col(&md->m, lb, ub, obj, integer);
   if (c < 0) md->failed = true;
   return c;
 }
@@ -505,28 +506,12 @@ static int pos_of_rerun(const Ilp *md, int j, int q) {
 
 static double op_us(const Ilp *md, int op) { return cost_op_seconds(md->g, md->d, op) * 1e6; }
 
-/* Compute between two points, for the stall estimate of a copy. */
-static double stall_estimate(const Ilp *md, int t) {
-  const Graph *g = md->g;
-  const Device *d = md->d;
-  const Tensor *x = &g->tensors[t];
-  int w = plan_offload_wait_op(g, d, t), need = x->first_bwd_read;
-  int issue = plan_prefetch_issue_op(g, d, t, need);
-  double cover = 0;
-  for (int k = x->producer + 1; k <= w; k++) cover += op_us(md, k);
-  double s = fmax(0, cost_d2h_seconds(d, x->bytes) * 1e6 - cover);
-  cover = 0;
-  for (int k = issue; k < need; k++) cover += op_us(md, k);
-  return s + fmax(0, cost_h2d_seconds(d, x->bytes) * 1e6 - cover);
-}
-
 static void build_decisions(Ilp *md) {
   const Graph *g = md->g;
   for (int t = 0; t < g->ntensors; t++) md->colK[t] = md->colR[t] = md->colO[t] = -1;
   for (int i = 0; i < g->nstashed; i++) {
     int t = g->stashed[i];
     if (!regen(md, t)) continue;
-    md->stall_us[t] = stall_estimate(md, t);
     md->colK[t] = new_col(md, 0, 1, 0, true);
     md->colR[t] = new_col(md, 0, 1, 0, true);
     md->colO[t] = new_col(md, 0, 1, 0, true);
@@ -596,7 +581,7 @@ static void build_stalls(Ilp *md) {
     md->col_q[b] = new_col(md, 0, HUGE_VAL, b == n - 1 ? 1 : 0, false);
     if (b) { /* Q[b] >= Q[b-1]: s[b] = Q[b] - Q[b-1] >= 0 */
       cols[0] = md->col_q[b], vals[0] = 1, cols[1] = md->col_q[b - 1], vals[1] = -1;
-      if (milp_row(&md->m, 0, HUGE_VAL, 2, cols, vals) < 0) md->failed = true;
+      if (milp_add_row(&md->m, 0, HUGE_VAL, 2, cols, vals) < 0) md->failed = true;
     }
   }
   char *start = util_xcalloc((size_t)n + 1, 1), *due = util_xcalloc((size_t)n + 1, 1);
@@ -625,7 +610,7 @@ static void build_stalls(Ilp *md) {
         int c = new_col(md, 0, HUGE_VAL, 0, false);
         cols[k] = c, vals[k++] = 1;
         if (prev >= 0) cols[k] = prev, vals[k++] = -1;
-        if (milp_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
+        if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
         prev = c;
         double cap = stream ? t_before(md, b) - t_before(md, a) : md->t_end[b] - md->t_end[a];
         /* Q[b] - Q[a-1] - C >= -cap */
@@ -633,7 +618,7 @@ static void build_stalls(Ilp *md) {
         cols[k] = md->col_q[b], vals[k++] = 1;
         if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
         cols[k] = c, vals[k++] = -1;
-        if (milp_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+        if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
         add_window(md, stream, a, b, c, cap);
       }
     }
@@ -648,7 +633,7 @@ static void build_stalls(Ilp *md) {
     cols[k] = md->col_q[f], vals[k++] = 1;
     if (p) cols[k] = md->col_q[p - 1], vals[k++] = -1;
     cols[k] = md->colO[t], vals[k++] = -(md->copy_us[0][t] + md->copy_us[1][t]);
-    if (milp_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+    if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
   }
 out:
   free(cols), free(vals);
@@ -977,11 +962,11 @@ static void build_rows(Ilp *md, int64_t budget) {
     /* The rows count MiB: bytes would leave GLPK coefficients of 1e10. */
     for (int i = p ? 2 : 1; i < n; i++) vals[i] /= ILP_UNIT;
     cst /= ILP_UNIT;
-    if (milp_row(&md->m, cst, cst, n, cols, vals) < 0) md->failed = true;
+    if (milp_add_row(&md->m, cst, cst, n, cols, vals) < 0) md->failed = true;
     if (md->min_memory) {
       int c2[2] = {md->mcol[p], md->peak_col};
       double v2[2] = {1, -1};
-      if (milp_row(&md->m, -HUGE_VAL, 0, 2, c2, v2) < 0) md->failed = true;
+      if (milp_add_row(&md->m, -HUGE_VAL, 0, 2, c2, v2) < 0) md->failed = true;
     }
   }
   free(cols);
@@ -989,12 +974,12 @@ static void build_rows(Ilp *md, int64_t budget) {
 }
 
 static void ilp_free(Ilp *md) {
-  milp_free(&md->m);
+  milp_model_free(&md->m);
   free(md->colK), free(md->colR), free(md->colO);
   free(md->cand_first), free(md->cand_n), free(md->cand_t), free(md->ycol);
   free(md->pos_op), free(md->pos_q), free(md->grp_first), free(md->grp_comp);
   free(md->cons_first), free(md->cons_n), free(md->cons);
-  free(md->ev), free(md->prod), free(md->fac), free(md->mcol), free(md->stall_us);
+  free(md->ev), free(md->prod), free(md->fac), free(md->mcol);
   free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
   free(md->win);
 }
@@ -1009,9 +994,8 @@ static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, b
   md->colK = util_xcalloc((size_t)n + 1, sizeof(int));
   md->colR = util_xcalloc((size_t)n + 1, sizeof(int));
   md->colO = util_xcalloc((size_t)n + 1, sizeof(int));
-  md->stall_us = util_xcalloc((size_t)n + 1, sizeof(double));
 
-  if (!md->colK || !md->colR || !md->colO || !md->stall_us || build_consumers(md) || build_candidates(md) ||
+  if (!md->colK || !md->colR || !md->colO || build_consumers(md) || build_candidates(md) ||
       build_positions(md))
     goto oom;
   build_decisions(md);
@@ -1184,6 +1168,9 @@ static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, do
   free(cur);
 }
 
+/* Seconds for one decision: --time-limit, else ILP_TIME_LIMIT. */
+static double limit_of(const PlanOptions *o) { return o->time_limit > 0 ? o->time_limit : ILP_TIME_LIMIT; }
+
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
 /* One solve at a memory limit: the MILP warm-started from the best
@@ -1241,7 +1228,7 @@ static int depth_needed(const Graph *g, Decision **st, int nst) {
 /* Graphs up to this many ops get the full pull closure; larger ones a
  * bounded depth (docs/PLANNING.md, "Scale"). */
 #define ILP_FULL_OPS 300
-#define ILP_DEPTH 48
+#define ILP_DEPTH 24
 #define ILP_MAX_DEPTH 160
 
 /* Starts within the limit, kept for the final choice by simulation. */
@@ -1252,7 +1239,7 @@ typedef struct Pool {
 } Pool;
 
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
-                    Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
+                    double deadline, Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
   Decision *st[sizeof baselines / sizeof baselines[0] + 1];
   int nst = starts(g, d, o, limit, st);
   int depth = g->nops <= ILP_FULL_OPS ? 0 : depth_needed(g, st, nst);
@@ -1278,13 +1265,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     if (!pool || pool->n == ILP_POOL) continue;
     Candidate *pc = &pool->c[pool->n];
     pc->ok = false;
-    consider(&md, pc, st[i], limit, x);
+    consider(&md, pc, st[i], o->budget_bytes, x);
     if (pc->ok) pool->n++;
   }
-  double budget_s = o->time_limit > 0 ? o->time_limit : 60;
+  double budget_s = deadline - seconds_now();
   /* The LP relaxation rounded to the largest of K/R/O, and a descent from
    * the best start found so far. */
-  MilpOptions lpo = {.solver = o->solver ? o->solver : "glpk", .time_limit = budget_s / 4, .mip_gap = 0.005, .quiet = true, .lp_only = true};
+  MilpOptions lpo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, budget_s / 4), .mip_gap = ILP_GAP, .quiet = true, .lp_only = true};
   MilpResult lpr;
   if (milp_solve(&md.m, &lpo, &lpr, e) == 0 && lpr.status == MILP_FEASIBLE) {
     decisions_from_x(&md, lpr.x, tmp);
@@ -1297,14 +1284,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     int64_t pk;
     if (md.m.start) ilp_eval(&md, best->dec, md.m.start, &pk);
   }
-  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = o->time_limit > 0 ? o->time_limit : 60,
-                    .mip_gap = 0.005, .quiet = o->quiet};
+  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
+                    .mip_gap = ILP_GAP, .quiet = o->quiet};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
-  if (getenv("RATION_ILP_DEBUG"))
-    fprintf(stderr, "ilp-debug: depth %d min_memory %d cols %d rows %d nnz %d positions %d cand %d prods %d: status %d obj %g bound %g %.2f s start %s\n",
-            depth, min_memory, md.m.ncols, md.m.nrows, md.m.nnz, md.npos, md.ncand, md.nprod, r.status, r.objective, r.bound, r.seconds,
-            md.m.start ? "yes" : "no");
   snprintf(si->name, sizeof si->name, "%s", mo.solver);
   bool have = r.status == MILP_OPTIMAL || r.status == MILP_FEASIBLE || r.status == MILP_TIME_LIMIT;
   if (have) {
@@ -1340,46 +1323,116 @@ out:
   return rc;
 }
 
-/* The smallest arena the planner can reach: the memory-minimizing solve. */
-static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
-  Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
+/* The memory-minimizing solve: its decisions and their arena. */
+static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, Decision *out, int64_t *arena, Err *e) {
+  Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
-  int64_t best = -1;
-  if (!c.dec) return err_set(e, "%s: out of memory", g->path);
-  if (solve_at(g, d, o, INT64_MAX / 4, true, &c, NULL, &si, e) == 0 && c.ok) {
-    Plan *p = plan_from_decisions(g, d, c.dec, e);
-    if (p) best = p->arena_bytes > c.peak ? p->arena_bytes : c.peak;
-    plan_free(p);
+  *arena = -1;
+  if (solve_at(g, d, o, INT64_MAX / 4, true, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
+  Plan *p = plan_from_decisions(g, d, c.dec, e);
+  if (!p) return -1;
+  *arena = p->arena_bytes;
+  plan_free(p);
+  return 0;
+}
+
+static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
+  Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  int64_t arena = -1;
+  if (!dec) return err_set(e, "%s: out of memory", g->path);
+  min_memory_plan(g, d, o, dec, &arena, e);
+  free(dec);
+  return arena;
+}
+
+/* The model's objective for one decision vector (what SolverInfo reports
+ * for a plan the simulator preferred). */
+static double model_objective(const Graph *g, const Device *d, const Decision *dec) {
+  Ilp md;
+  Err e;
+  double v = -1;
+  if (ilp_build(&md, g, d, INT64_MAX / 4, false, 0, &e)) return -1;
+  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  int64_t peak;
+  if (x && ilp_eval(&md, dec, x, &peak) == 0) v = objective_of(&md, x);
+  free(x);
+  ilp_free(&md);
+  return v;
+}
+
+/* Single (and on the smallest graphs, paired) decision changes judged by
+ * the simulator itself: the model's stall estimate is not the simulator's
+ * (docs/PLANNING.md), and on small graphs the simulator is cheap. */
+#define ILP_POLISH_MAX 64
+#define ILP_PAIRS_MAX 16
+
+static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
+  Err e;
+  Plan *p = plan_from_decisions(g, d, dec, &e);
+  bool ok = p && p->arena_bytes <= budget;
+  if (ok) *step = p->predicted.step_seconds;
+  plan_free(p);
+  return ok;
+}
+
+static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
+  if (g->nstashed > ILP_POLISH_MAX) return false;
+  bool any = false;
+  for (bool moved = true; moved && seconds_now() < deadline;) {
+    moved = false;
+    for (int i = 0; i < g->nstashed && !moved && seconds_now() < deadline; i++) {
+      int t = g->stashed[i];
+      Decision was = dec[t];
+      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
+        if (a == (int)was) continue;
+        dec[t] = (Decision)a;
+        double st;
+        if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
+        else dec[t] = was;
+      }
+    }
+    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && seconds_now() < deadline; i++)
+      for (int j = i + 1; j < g->nstashed && !moved; j++) {
+        int t = g->stashed[i], u = g->stashed[j];
+        Decision wt = dec[t], wu = dec[u];
+        for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++)
+          for (int b = DEC_KEEP; b <= DEC_OFFLOAD && !moved; b++) {
+            if (a == (int)wt || b == (int)wu) continue;
+            dec[t] = (Decision)a, dec[u] = (Decision)b;
+            double st;
+            if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
+            else dec[t] = wt, dec[u] = wu;
+          }
+      }
   }
-  free(c.dec);
-  return best;
+  return any;
 }
 
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) { return min_budget(g, d, o, e); }
 
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
+  Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Pool pool;
   memset(&pool, 0, sizeof pool);
-  for (int i = 0; i < ILP_POOL; i++) pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
-  for (int i = 0; i < ILP_POOL; i++)
-    if (!pool.c[i].dec) c.ok = true;
+  bool oom = !c.dec || !best;
+  for (int i = 0; i < ILP_POOL; i++) oom |= !(pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)));
   int rc = -1;
-  if (!c.dec || c.ok) {
+  if (oom) {
     err_set(e, "%s: out of memory", g->path);
     goto out;
   }
   int64_t limit = o->budget_bytes;
+  double deadline = seconds_now() + limit_of(o), best_s = HUGE_VAL;
+  const Candidate *pick = NULL;
   /* Fragmentation: an arena over the budget tightens the rows and re-solves. */
-  for (int round = 0; round < 6; round++) {
+  for (int round = 0; round < 6 && !pick; round++) {
     pool.n = 0;
-    if (solve_at(g, d, o, limit, false, &c, &pool, si, e)) goto out;
-    if (!c.ok) break;
+    if (solve_at(g, d, o, limit, false, deadline, &c, &pool, si, e)) goto out;
     /* The objective estimates stalls; the simulator has the last word
      * among the solution and the starts (so no baseline is ever better). */
-    const Candidate *pick = NULL;
-    double best_s = HUGE_VAL;
-    for (int i = -1; i < pool.n; i++) {
+    int64_t c_arena = -1;
+    for (int i = c.ok ? -1 : 0; i < pool.n; i++) {
       const Candidate *k = i < 0 ? &c : &pool.c[i];
       Plan *p = plan_from_decisions(g, d, k->dec, e);
       if (!p) goto out;
@@ -1391,35 +1444,51 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
                 k->peak, peak);
         goto out;
       }
+      if (i < 0) c_arena = arena;
       if (arena <= o->budget_bytes && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
     }
     if (pick) {
-      memcpy(dec, pick->dec, (size_t)g->ntensors * sizeof(Decision));
-      if (pick != &c) si->objective = pick->objective;
-      rc = 0;
-      goto out;
+      memcpy(best, pick->dec, (size_t)g->ntensors * sizeof(Decision));
+      if (pick != &c) {
+        si->objective = pick->objective;
+        si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+      }
+      break;
     }
-    Plan *p = plan_from_decisions(g, d, c.dec, e);
-    if (!p) goto out;
-    limit -= p->arena_bytes - o->budget_bytes;
-    plan_free(p);
+    if (!c.ok) break;
+    limit -= c_arena - o->budget_bytes;
     c.ok = false;
   }
-  {
+  if (!pick) {
+    /* The memory-minimizing solve fits whenever anything in the model does. */
+    int64_t m = -1;
     Err e2;
-    int64_t m = min_budget(g, d, o, &e2);
-    char b1[32], b2[32];
-    if (m < 0)
-      err_set(e, "%s: no plan fits the budget of %" PRId64 " bytes (%s)", g->path, o->budget_bytes,
-              util_fmt_bytes(o->budget_bytes, b1, sizeof b1));
-    else
-      err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s; the smallest budget the planner can meet is %" PRId64
-                 " bytes (%s)",
-              g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, m,
-              util_fmt_bytes(m, b2, sizeof b2));
+    if (min_memory_plan(g, d, o, best, &m, &e2) == 0 && m <= o->budget_bytes && try_plan(g, d, o->budget_bytes, best, &best_s)) {
+      snprintf(si->status, sizeof si->status, "feasible");
+      si->objective = model_objective(g, d, best);
+      si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+    } else {
+      char b1[32], b2[32];
+      if (m < 0)
+        err_set(e, "%s: no plan fits the budget of %" PRId64 " bytes (%s)", g->path, o->budget_bytes,
+                util_fmt_bytes(o->budget_bytes, b1, sizeof b1));
+      else
+        err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s; the smallest budget the planner can meet is %" PRId64
+                   " bytes (%s)",
+                g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, m,
+                util_fmt_bytes(m, b2, sizeof b2));
+      goto out;
+    }
   }
+  if (polish(g, d, o->budget_bytes, best, &best_s, deadline)) {
+    si->objective = model_objective(g, d, best);
+    si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+  }
+  memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
+  rc = 0;
 out:
   free(c.dec);
+  free(best);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;
 }

@@ -384,7 +384,7 @@ int info_report(const Graph *g, const Device *d, Buf *out, Err *e);
 /* A solver-neutral mixed-integer program: minimize obj.x + obj_offset over
  * columns within [col_lb, col_ub] (integer where col_int) subject to
  * row_lb <= A x <= row_ub (+-HUGE_VAL for an open side). */
-typedef struct Milp {
+typedef struct MilpModel {
   int ncols, nrows, nnz;
   double *obj, *col_lb, *col_ub;
   bool *col_int;
@@ -395,7 +395,7 @@ typedef struct Milp {
   double *start; /* a feasible solution to start from (ncols entries), or NULL */
   bool failed;   /* an allocation failed while building */
   int cap_cols, cap_rows, cap_nz;
-} Milp;
+} MilpModel;
 
 typedef struct MilpOptions {
   const char *solver; /* glpk | cbc */
@@ -414,13 +414,13 @@ typedef struct MilpResult {
 } MilpResult;
 
 /* Column or row index, -1 after an allocation failure (then m->failed). */
-int milp_col(Milp *m, double lb, double ub, double obj, bool integer);
-int milp_row(Milp *m, double lb, double ub, int n, const int *cols, const double *vals);
-void milp_free(Milp *m);
+int milp_add_col(MilpModel *m, double lb, double ub, double obj, bool integer);
+int milp_add_row(MilpModel *m, double lb, double ub, int n, const int *cols, const double *vals);
+void milp_model_free(MilpModel *m);
 /* Largest bound or row violation of x, relative to the row's bounds. */
-double milp_violation(const Milp *m, const double *x);
+double milp_violation(const MilpModel *m, const double *x);
 /* 0 with r filled (any status), -1 with e set on an internal failure. */
-int milp_solve(const Milp *m, const MilpOptions *o, MilpResult *r, Err *e);
+int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e);
 void milp_result_free(MilpResult *r);
 
 /* --------------------------------------------------------------- emit */
