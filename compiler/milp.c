@@ -225,6 +225,8 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     }
   }
   r->bound = glp_get_obj_val(P) + m->obj_offset;
+  for (int c = 0; c < m->ncols; c++) r->lp_x[c] = glp_get_col_prim(P, c + 1);
+  r->lp_x[m->ncols] = 0;
   if (o->lp_only) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_get_col_prim(P, c + 1);
     r->objective = r->bound;
@@ -337,7 +339,12 @@ int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) 
   memset(r, 0, sizeof *r);
   if (m->failed) return err_set(e, "milp: out of memory while building the model");
   r->x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
-  if (!r->x) return err_set(e, "milp: out of memory");
+  r->lp_x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  if (!r->x || !r->lp_x) {
+    milp_result_free(r);
+    return err_set(e, "milp: out of memory");
+  }
+  r->lp_x[m->ncols] = NAN; /* set when the relaxation was solved */
   int rc;
   if (!strcmp(o->solver, "glpk")) rc = glpk_solve(m, o, r, e);
   else if (!strcmp(o->solver, "cbc")) rc = cbc_solve(m, o, r, e);
@@ -352,5 +359,6 @@ int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) 
 
 void milp_result_free(MilpResult *r) {
   free(r->x);
-  r->x = NULL;
+  free(r->lp_x);
+  r->x = r->lp_x = NULL;
 }

@@ -93,8 +93,10 @@ typedef struct Ilp {
   double *t_end;     /* compute end of each op without stalls */
   int *wait_at, *issue_at; /* per offloadable tensor: its static copy points */
   double *copy_us[2];
+  int *due_first[2], *due_list[2]; /* per op: offloadable tensors due there, per stream */
   Window *win;
   int nwin, cap_win;
+  int *win_first, *win_by_b; /* windows grouped by their end op */
   Run run; /* scratch of the memory terms */
   Sig sig;
   bool failed;
@@ -267,10 +269,35 @@ static void run_flush(Ilp *md, Run *r, int p1, int64_t bytes) {
   r->open = false;
 }
 
+static bool lin_equal(const Lin *a, const Lin *b) {
+  if (a->n != b->n || a->k != b->k) return false;
+  for (int i = 0; i < a->n; i++)
+    if (a->col[i] != b->col[i] || a->c[i] != b->c[i]) return false;
+  return true;
+}
+
+static bool sig_equal(const Sig *a, const Sig *b) {
+  if (a->ng != b->ng) return false;
+  for (int i = 0; i < a->ng; i++) {
+    if (a->nf[i] != b->nf[i]) return false;
+    for (int j = 0; j < a->nf[i]; j++)
+      if (!lin_equal(&a->f[i][j], &b->f[i][j])) return false;
+  }
+  return true;
+}
+
+static void sig_copy(Sig *dst, const Sig *src) {
+  dst->ng = src->ng;
+  for (int i = 0; i < src->ng; i++) {
+    dst->nf[i] = src->nf[i];
+    for (int j = 0; j < src->nf[i]; j++) dst->f[i][j] = src->f[i][j];
+  }
+}
+
 static void run_step(Ilp *md, Run *r, const Sig *s, int p, int64_t bytes) {
-  if (r->open && !memcmp(&r->sig, s, sizeof *s)) return;
+  if (r->open && sig_equal(&r->sig, s)) return;
   run_flush(md, r, p - 1, bytes);
-  memcpy(&r->sig, s, sizeof *s);
+  sig_copy(&r->sig, s);
   r->p0 = p;
   r->open = true;
 }
@@ -577,6 +604,28 @@ static void build_stalls(Ilp *md) {
     md->copy_us[0][t] = cost_d2h_seconds(d, g->tensors[t].bytes) * 1e6;
     md->copy_us[1][t] = cost_h2d_seconds(d, g->tensors[t].bytes) * 1e6;
   }
+  for (int stream = 0; stream < 2; stream++) {
+    md->due_first[stream] = util_xcalloc((size_t)n + 2, sizeof(int));
+    md->due_list[stream] = util_xcalloc((size_t)nt + 1, sizeof(int));
+    if (!md->due_first[stream] || !md->due_list[stream]) {
+      md->failed = true;
+      goto out;
+    }
+    for (int t = 0; t < nt; t++)
+      if (md->colO[t] >= 0) md->due_first[stream][(stream ? g->tensors[t].first_bwd_read : md->wait_at[t]) + 1]++;
+    for (int b = 0; b < n; b++) md->due_first[stream][b + 1] += md->due_first[stream][b];
+    int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
+    if (!fill) {
+      md->failed = true;
+      goto out;
+    }
+    for (int t = 0; t < nt; t++) {
+      if (md->colO[t] < 0) continue;
+      int b = stream ? g->tensors[t].first_bwd_read : md->wait_at[t];
+      md->due_list[stream][md->due_first[stream][b] + fill[b]++] = t;
+    }
+    free(fill);
+  }
   for (int b = 0; b < n; b++) {
     md->col_q[b] = new_col(md, 0, HUGE_VAL, b == n - 1 ? 1 : 0, false);
     if (b) { /* Q[b] >= Q[b-1]: s[b] = Q[b] - Q[b-1] >= 0 */
@@ -604,8 +653,10 @@ static void build_stalls(Ilp *md) {
       for (int b = a; b < n && b <= a + ILP_WINDOW; b++) {
         if (!due[b]) continue;
         int k = 0;
-        for (int t = 0; t < nt; t++)
-          if (md->colO[t] >= 0 && in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k++] = -md->copy_us[stream][t];
+        for (int i = md->due_first[stream][b]; i < md->due_first[stream][b + 1]; i++) {
+          int t = md->due_list[stream][i];
+          if (in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k++] = -md->copy_us[stream][t];
+        }
         if (!k) continue;
         int c = new_col(md, 0, HUGE_VAL, 0, false);
         cols[k] = c, vals[k++] = 1;
@@ -624,6 +675,23 @@ static void build_stalls(Ilp *md) {
     }
   }
   free(start), free(due);
+  md->win_first = util_xcalloc((size_t)n + 2, sizeof(int));
+  md->win_by_b = util_xcalloc((size_t)md->nwin + 1, sizeof(int));
+  if (!md->win_first || !md->win_by_b) {
+    md->failed = true;
+    goto out;
+  }
+  for (int i = 0; i < md->nwin; i++) md->win_first[md->win[i].b + 1]++;
+  for (int b = 0; b < n; b++) md->win_first[b + 1] += md->win_first[b];
+  {
+    int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
+    if (!fill) {
+      md->failed = true;
+      goto out;
+    }
+    for (int i = 0; i < md->nwin; i++) md->win_by_b[md->win_first[md->win[i].b] + fill[md->win[i].b]++] = i;
+    free(fill);
+  }
   /* A round trip: offload after p, prefetch back before f. */
   for (int t = 0; t < nt; t++) {
     if (md->colO[t] < 0) continue;
@@ -645,32 +713,31 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
   const Graph *g = md->g;
   int n = g->nops;
   if (!md->col_q) return;
-  double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *need = util_xcalloc((size_t)n + 1, sizeof(double));
-  if (!q || !need) {
-    free(q), free(need);
-    return;
-  }
-  /* need[b]: the largest Q[a-1] + C - cap over windows and trips ending at b. */
-  for (int b = 0; b < n; b++) need[b] = -HUGE_VAL;
+  double *q = util_xcalloc((size_t)n + 1, sizeof(double));
+  if (!q) return;
+  /* The running sums C of each window start, then Q[b] as the largest
+   * Q[a-1] + C - cap over the windows and round trips ending at b. */
   double cval = 0;
   int last_a = -1, last_s = -1;
   for (int i = 0; i < md->nwin; i++) {
     const Window *w = &md->win[i];
     if (w->a != last_a || w->stream != last_s) cval = 0, last_a = w->a, last_s = w->stream;
-    for (int t = 0; t < g->ntensors; t++)
-      if (md->colO[t] >= 0 && dec[t] == DEC_OFFLOAD && in_window(md, w->stream, t, w->a, w->b)) cval += md->copy_us[w->stream][t];
+    for (int k = md->due_first[w->stream][w->b]; k < md->due_first[w->stream][w->b + 1]; k++) {
+      int t = md->due_list[w->stream][k];
+      if (dec[t] == DEC_OFFLOAD && in_window(md, w->stream, t, w->a, w->b)) cval += md->copy_us[w->stream][t];
+    }
     x[w->col] = cval;
   }
   for (int b = 0; b < n; b++) {
     double v = b ? q[b - 1] : 0;
-    for (int i = 0; i < md->nwin; i++) {
-      const Window *w = &md->win[i];
-      if (w->b != b) continue;
+    for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
+      const Window *w = &md->win[md->win_by_b[i]];
       double base = w->a ? q[w->a - 1] : 0;
       if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
     }
-    for (int t = 0; t < g->ntensors; t++) {
-      if (md->colO[t] < 0 || dec[t] != DEC_OFFLOAD || g->tensors[t].first_bwd_read != b) continue;
+    for (int k = md->due_first[1][b]; k < md->due_first[1][b + 1]; k++) {
+      int t = md->due_list[1][k];
+      if (dec[t] != DEC_OFFLOAD) continue;
       int p = g->tensors[t].producer;
       double base = p ? q[p - 1] : 0, cap = t_before(md, b) - md->t_end[p];
       if (base + md->copy_us[0][t] + md->copy_us[1][t] - cap > v) v = base + md->copy_us[0][t] + md->copy_us[1][t] - cap;
@@ -678,7 +745,7 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
     q[b] = v;
     x[md->col_q[b]] = v;
   }
-  free(q), free(need);
+  free(q);
 }
 
 /* Y rows: each forward op is re-run at the first op whose prelude needs one
@@ -785,7 +852,7 @@ static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
   Sig *sg = &md->sig;
   run->open = false;
   for (int p = p0; p <= last; p++) {
-    memset(sg, 0, sizeof *sg);
+    sg->ng = 0;
     for (int c = 0; c < md->cons_n[t]; c++) {
       Lin a = at_or_after(md, md->cons[md->cons_first[t] + c], p);
       Lin f[2] = {*alive, a};
@@ -844,7 +911,7 @@ static void build_memory(Ilp *md) {
       int m = minc - 1;
       for (int j = w + 1; j < issue_f; j++) {
         while (m + 1 <= f - 1 && plan_prefetch_issue_op(g, md->d, t, m + 1) <= j) m++;
-        memset(sg, 0, sizeof *sg);
+        sg->ng = 0;
         for (int c = 0; m >= minc && c < md->cons_n[t]; c++) {
           Lin fct[2] = {o, yle(md, md->cons[md->cons_first[t] + c], m)};
           sig_add(sg, fct, 2);
@@ -887,7 +954,7 @@ static void build_memory(Ilp *md) {
         Sig *sg = &md->sig;
         run->open = false;
         for (int p = first + 1; p < md->grp_comp[f]; p++) {
-          memset(sg, 0, sizeof *sg);
+          sg->ng = 0;
           if (md->pos_q[p] != q) {
             Lin fct[2] = {started_before(md, q, p), rv};
             sig_add(sg, fct, nregen == 1 ? 1 : 2);
@@ -913,7 +980,7 @@ static void build_memory(Ilp *md) {
       Sig *sg = &md->sig;
       run->open = false;
       for (int p = from; p <= lastp; p++) {
-        memset(sg, 0, sizeof *sg);
+        sg->ng = 0;
         Lin st = started_before(md, q, p);
         for (int cc = 0; md->pos_q[p] != q && cc < md->cons_n[v]; cc++) {
           Lin f3[3] = {st, at_or_after(md, md->cons[md->cons_first[v] + cc], p), rv};
@@ -981,7 +1048,8 @@ static void ilp_free(Ilp *md) {
   free(md->cons_first), free(md->cons_n), free(md->cons);
   free(md->ev), free(md->prod), free(md->fac), free(md->mcol);
   free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
-  free(md->win);
+  free(md->win), free(md->win_first), free(md->win_by_b);
+  free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
 }
 
 static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
@@ -1269,15 +1337,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     if (pc->ok) pool->n++;
   }
   double budget_s = deadline - seconds_now();
-  /* The LP relaxation rounded to the largest of K/R/O, and a descent from
-   * the best start found so far. */
-  MilpOptions lpo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, budget_s / 4), .mip_gap = ILP_GAP, .quiet = true, .lp_only = true};
-  MilpResult lpr;
-  if (milp_solve(&md.m, &lpo, &lpr, e) == 0 && lpr.status == MILP_FEASIBLE) {
-    decisions_from_x(&md, lpr.x, tmp);
-    consider(&md, best, tmp, limit, x);
-  }
-  milp_result_free(&lpr);
+  /* A descent from the best start: the starting solution. */
   improve(&md, best, limit, x, budget_s / 4);
   if (best->ok) {
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
@@ -1293,15 +1353,12 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   if (have) {
     decisions_from_x(&md, r.x, tmp);
     consider(&md, best, tmp, limit, x);
-  } else if (r.status == MILP_NO_SOLUTION) {
-    MilpOptions lo = mo;
-    lo.lp_only = true;
-    MilpResult lr;
-    if (milp_solve(&md.m, &lo, &lr, e) == 0 && lr.status == MILP_FEASIBLE) {
-      decisions_from_x(&md, lr.x, tmp);
-      consider(&md, best, tmp, limit, x);
-    }
-    milp_result_free(&lr);
+  }
+  /* The LP relaxation rounded to the largest of K/R/O: a fallback when
+   * branch and bound found nothing in time. */
+  if (!isnan(r.lp_x[md.m.ncols])) {
+    decisions_from_x(&md, r.lp_x, tmp);
+    consider(&md, best, tmp, limit, x);
   }
   snprintf(si->status, sizeof si->status, "%s",
            r.status == MILP_OPTIMAL ? "optimal" : r.status == MILP_TIME_LIMIT || r.status == MILP_NO_SOLUTION ? "time_limit" : "feasible");
@@ -1450,6 +1507,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (pick) {
       memcpy(best, pick->dec, (size_t)g->ntensors * sizeof(Decision));
       if (pick != &c) {
+        /* A start the simulator preferred: not the solver's optimum. */
+        if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
         si->objective = pick->objective;
         si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
       }
@@ -1481,6 +1540,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     }
   }
   if (polish(g, d, o->budget_bytes, best, &best_s, deadline)) {
+    if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
     si->objective = model_objective(g, d, best);
     si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
   }

@@ -409,7 +409,8 @@ typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MI
 
 typedef struct MilpResult {
   MilpStatus status;
-  double *x; /* ncols values when a solution exists */
+  double *x;    /* ncols values when a solution exists */
+  double *lp_x; /* the LP relaxation's values; lp_x[ncols] is NaN when it was not solved */
   double objective, bound, gap, seconds;
 } MilpResult;
 
