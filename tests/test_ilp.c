@@ -1,0 +1,177 @@
+/*
+ * test_ilp.c - the ilp strategy's claims, each against the simulator:
+ * its model's peak equals the simulator's peak to the byte for any decision
+ * vector (random ones on the small models), every plan it returns passes
+ * sim_check within the budget with that exact peak, it is never slower than
+ * a baseline that fits the same budget, an infeasible budget names a
+ * smallest budget that really is met, and a time limit is honoured with an
+ * honest status. The large-model cases use gpt2-124m at one budget.
+ */
+#include "ration.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+static const char *baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
+#define NBASE (sizeof baselines / sizeof baselines[0])
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static Plan *make(const Graph *g, const Device *d, const char *name, int64_t budget, double limit, Err *e) {
+  PlanOptions o = {.strategy = name, .solver = "glpk", .budget_bytes = budget, .time_limit = limit, .quiet = true};
+  return plan_make(g, d, &o, e);
+}
+
+/* The smallest arena of any baseline without a budget, and keep-all's. */
+static void range(const Graph *g, const Device *d, int64_t *m, int64_t *k) {
+  Err e;
+  *m = INT64_MAX;
+  *k = plan_keep_all_peak(g, d, &e);
+  for (size_t s = 0; s < NBASE; s++) {
+    Plan *p = make(g, d, baselines[s], INT64_MAX / 4, 0, &e);
+    if (p && p->arena_bytes < *m) *m = p->arena_bytes;
+    plan_free(p);
+  }
+}
+
+/* Random decision vectors: the model's peak is the simulator's. */
+static void check_model_exact(const Graph *g, const Device *d, int n, unsigned seed) {
+  Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
+  srand(seed);
+  int bad = 0;
+  for (int it = 0; it < n; it++) {
+    for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+    /* Mostly one decision per vector, so long recompute chains occur. */
+    int bias = rand() % 4;
+    for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = (Decision)(rand() % 2 ? bias % 3 : rand() % 3);
+    Err e;
+    Plan *p = plan_from_decisions(g, d, dec, &e);
+    int64_t ilp = plan_ilp_predicted_peak(g, d, dec, &e);
+    if (!p || ilp != p->predicted.peak_live_bytes) {
+      bad++;
+      printf("  %s vector %d: model %lld, simulator %lld (%s)\n", g->name, it, (long long)ilp,
+             p ? (long long)p->predicted.peak_live_bytes : -1LL, ilp < 0 ? e.msg : "");
+    }
+    plan_free(p);
+  }
+  T_CHECKF(bad == 0, "%s on %s: %d of %d vectors differ", g->name, d->name, bad, n);
+  free(dec);
+}
+
+/* The ilp plan at one budget against the simulator and the baselines. */
+static void check_plan(const Graph *g, const Device *d, int64_t budget, double limit) {
+  Err e;
+  Plan *p = make(g, d, "ilp", budget, limit, &e);
+  double best_base = -1;
+  for (size_t s = 0; s < NBASE; s++) {
+    Err e2;
+    Plan *b = make(g, d, baselines[s], budget, 0, &e2);
+    if (b && (best_base < 0 || b->predicted.step_seconds < best_base)) best_base = b->predicted.step_seconds;
+    plan_free(b);
+  }
+  T_CHECKF(p != NULL, "ilp on %s at %lld: %s", g->name, (long long)budget, e.msg);
+  if (!p) return;
+  Err ce;
+  T_CHECKF(sim_check(p, g, &ce) == 0, "ilp on %s at %lld: %s", g->name, (long long)budget, ce.msg);
+  T_CHECK(p->arena_bytes <= budget);
+  int64_t model = plan_ilp_predicted_peak(g, d, p->decisions, &e);
+  T_CHECKF(model == p->predicted.peak_live_bytes, "ilp on %s at %lld: model peak %lld, simulator %lld", g->name,
+           (long long)budget, (long long)model, (long long)p->predicted.peak_live_bytes);
+  T_CHECKF(best_base < 0 || p->predicted.step_seconds <= best_base * (1 + 1e-9),
+           "ilp on %s at %lld: step %.9g, a baseline reaches %.9g", g->name, (long long)budget, p->predicted.step_seconds,
+           best_base);
+  const SolverInfo *si = &p->solver;
+  T_CHECKF(!strcmp(si->name, "glpk"), "solver %s", si->name);
+  T_CHECKF(!strcmp(si->status, "optimal") || !strcmp(si->status, "feasible") || !strcmp(si->status, "time_limit"),
+           "status %s", si->status);
+  T_CHECKF(si->gap >= 0 && si->bound <= si->objective * (1 + 1e-9) && si->seconds >= 0, "objective %g bound %g gap %g",
+           si->objective, si->bound, si->gap);
+  printf("  %s at %lld: step %.6f s (best baseline %.6f), %s, gap %.4f, %.2f s\n", g->name, (long long)budget,
+         p->predicted.step_seconds, best_base, si->status, si->gap, si->seconds);
+  plan_free(p);
+}
+
+int main(void) {
+  Err e;
+  Device *h100 = device_load("budgets/h100-sxm-80g.json", &e), *cpu = device_load("budgets/cpu.json", &e);
+  if (!h100 || !cpu) {
+    printf("FAIL setup: %s\nRESULT 0 1\n", e.msg);
+    return 1;
+  }
+  const char *small[] = {"models/gpt2-tiny.json", "models/llama-tiny.json", "models/unet.json"};
+  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+    Graph *g = graph_load(small[i], &e);
+    if (!g) {
+      T_CASE(small[i]) T_CHECKF(0, "%s", e.msg);
+      continue;
+    }
+    T_CASE("model peak == simulator peak, random decisions (h100, cpu)") {
+      check_model_exact(g, h100, 25, 1 + (unsigned)i);
+      check_model_exact(g, cpu, 25, 11 + (unsigned)i);
+    }
+    T_CASE("ilp plans: valid, exact peak, never behind a baseline") {
+      int64_t m, k;
+      range(g, h100, &m, &k);
+      for (int f = 1; f <= 9; f += 4) check_plan(g, h100, m + (int64_t)((double)(k - m) * f / 10.0), 3);
+    }
+    graph_free(g);
+  }
+  Graph *tiny = graph_load("models/gpt2-tiny.json", &e);
+  T_CASE("infeasible budget: the smallest budget named is met") {
+    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .time_limit = 3, .quiet = true};
+    Err e2 = {{0}};
+    Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
+    T_CHECK(p == NULL);
+    const char *at = strstr(e2.msg, "smallest budget the planner can meet is ");
+    T_CHECKF(at != NULL, "message: %s", e2.msg);
+    if (at) {
+      long long m = atoll(at + strlen("smallest budget the planner can meet is "));
+      T_CHECKF(m > (1 << 20), "named %lld", m);
+      o.budget_bytes = m;
+      Plan *q = plan_make(tiny, h100, &o, &e2);
+      T_CHECKF(q && q->arena_bytes <= m, "at the named budget %lld: %s", m, q ? "over" : e2.msg);
+      plan_free(q);
+    }
+    plan_free(p);
+  }
+  graph_free(tiny);
+  Graph *big = graph_load("models/gpt2-124m.json", &e);
+  T_CASE("gpt2-124m at the midpoint: valid, exact, never behind a baseline") {
+    T_CHECKF(big != NULL, "%s", e.msg);
+    if (big) {
+      int64_t m, k;
+      range(big, h100, &m, &k);
+      check_plan(big, h100, m + (k - m) / 2, 4);
+    }
+  }
+  T_CASE("time limit: honoured, status honest") {
+    if (big) {
+      int64_t k = plan_keep_all_peak(big, h100, &e);
+      double t0 = now();
+      Plan *p = make(big, h100, "ilp", k * 3 / 4, 0.5, &e);
+      double took = now() - t0;
+      T_CHECKF(p != NULL, "%s", e.msg);
+      /* Model building and the final simulations come on top of the limit. */
+      T_CHECKF(took < 8, "took %.2f s with a 0.5 s limit", took);
+      if (p) {
+        T_CHECKF(!strcmp(p->solver.status, "time_limit") || (!strcmp(p->solver.status, "optimal") && p->solver.gap <= 0.001) ||
+                     !strcmp(p->solver.status, "feasible"),
+                 "status %s gap %g", p->solver.status, p->solver.gap);
+        T_CHECK(p->solver.seconds <= 0.5 + 1.5);
+        Err ce;
+        T_CHECKF(sim_check(p, big, &ce) == 0, "%s", ce.msg);
+      }
+      plan_free(p);
+    }
+  }
+  graph_free(big);
+  device_free(h100);
+  device_free(cpu);
+  T_DONE();
+}
