@@ -110,7 +110,7 @@ static void dump_plan(const Plan *p, const Graph *g) {
 
 static int cmd_plan(int argc, char **argv) {
   const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL, *timeline = NULL;
-  PlanOptions o = {.strategy = "keep-all", .solver = "glpk", .quiet = !isatty(2)};
+  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = !isatty(2)};
   bool dump = false, check = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
