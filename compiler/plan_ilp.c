@@ -68,6 +68,11 @@ typedef struct Window {
   double cap;
 } Window;
 
+typedef struct Fifo {
+  int stream, i0, it, b; /* queue positions i0..it end with tensor fifo[it], due before/after op b */
+  double cap;
+} Fifo;
+
 typedef struct Ilp {
   const Graph *g;
   const Device *d;
@@ -97,6 +102,9 @@ typedef struct Ilp {
   Window *win;
   int nwin, cap_win;
   int *win_first, *win_by_b; /* windows grouped by their end op */
+  int nfifo[2], *fifo[2];    /* offloadable tensors in each stream's queue order */
+  Fifo *frow;                /* queue rows (build_stalls) */
+  int nfrow, cap_frow, *frow_first, *frow_by_b;
   Run run; /* scratch of the memory terms */
   Sig sig;
   bool failed;
@@ -559,6 +567,7 @@ static void build_decisions(Ilp *md) {
  * prefetches are timed for each tensor's first backward reader, re-runs add
  * no time to hide copies behind, windows span at most ILP_WINDOW ops. */
 #define ILP_WINDOW 96
+#define ILP_FIFO 24
 
 static double t_before(const Ilp *md, int i) { return i > 0 ? md->t_end[i - 1] : 0; }
 
@@ -692,6 +701,72 @@ static void build_stalls(Ilp *md) {
     for (int i = 0; i < md->nwin; i++) md->win_by_b[md->win_first[md->win[i].b] + fill[md->win[i].b]++] = i;
     free(fill);
   }
+  /* Queue order: a copy finishes after every copy queued before it, even
+   * those due later. For offloaded t and each start a within ILP_FIFO ops
+   * before its issue: Q[due] - Q[a-1] >= copies queued from a up to t - the
+   * compute in between, relaxed by big (the queue's own maximum) when t
+   * stays. Evaluated like the windows (eval_stalls). */
+  for (int stream = 0; stream < 2; stream++) {
+    int *q = md->fifo[stream] = util_xcalloc((size_t)nt + 1, sizeof(int));
+    if (!q) {
+      md->failed = true;
+      goto out;
+    }
+    int k = 0;
+    for (int a = 0; a < n; a++) {
+      if (stream == 0) {
+        const Op *op = &g->ops[a];
+        for (int i = 0; i < op->noutputs; i++)
+          if (md->colO[op->outputs[i]] >= 0) q[k++] = op->outputs[i];
+      } else {
+        for (int i = 0; i < g->nstashed; i++)
+          if (md->colO[g->stashed[i]] >= 0 && md->issue_at[g->stashed[i]] == a) q[k++] = g->stashed[i];
+      }
+    }
+    md->nfifo[stream] = k;
+    for (int it = 0; it < k; it++) {
+      int t = q[it], issue = stream ? md->issue_at[t] : g->tensors[t].producer;
+      int b = stream ? g->tensors[t].first_bwd_read : md->wait_at[t];
+      for (int i0 = it; i0 >= 0; i0--) {
+        int a = stream ? md->issue_at[q[i0]] : g->tensors[q[i0]].producer;
+        if (issue - a > ILP_FIFO) break;
+        if (i0 > 0 && (stream ? md->issue_at[q[i0 - 1]] : g->tensors[q[i0 - 1]].producer) == a) continue;
+        double cap = stream ? t_before(md, b) - t_before(md, a) : md->t_end[b] - md->t_end[a], big = 0;
+        int nn = 0;
+        cols[nn] = md->col_q[b], vals[nn++] = 1;
+        if (a) cols[nn] = md->col_q[a - 1], vals[nn++] = -1;
+        for (int i = i0; i <= it; i++) {
+          cols[nn] = md->colO[q[i]], vals[nn++] = -md->copy_us[stream][q[i]];
+          if (i < it) big += md->copy_us[stream][q[i]];
+        }
+        if (big + md->copy_us[stream][t] <= cap) continue; /* never binds */
+        vals[nn - 1] -= big;
+        if (milp_add_row(&md->m, -cap - big, HUGE_VAL, nn, cols, vals) < 0) md->failed = true;
+        if (!push((void **)&md->frow, md->nfrow, &md->cap_frow, sizeof(Fifo))) {
+          md->failed = true;
+          goto out;
+        }
+        md->frow[md->nfrow++] = (Fifo){stream, i0, it, b, cap};
+      }
+    }
+  }
+  md->frow_first = util_xcalloc((size_t)n + 2, sizeof(int));
+  md->frow_by_b = util_xcalloc((size_t)md->nfrow + 1, sizeof(int));
+  if (!md->frow_first || !md->frow_by_b) {
+    md->failed = true;
+    goto out;
+  }
+  for (int i = 0; i < md->nfrow; i++) md->frow_first[md->frow[i].b + 1]++;
+  for (int b = 0; b < n; b++) md->frow_first[b + 1] += md->frow_first[b];
+  {
+    int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
+    if (!fill) {
+      md->failed = true;
+      goto out;
+    }
+    for (int i = 0; i < md->nfrow; i++) md->frow_by_b[md->frow_first[md->frow[i].b] + fill[md->frow[i].b]++] = i;
+    free(fill);
+  }
   /* A round trip: offload after p, prefetch back before f. */
   for (int t = 0; t < nt; t++) {
     if (md->colO[t] < 0) continue;
@@ -741,6 +816,17 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
       int p = g->tensors[t].producer;
       double base = p ? q[p - 1] : 0, cap = t_before(md, b) - md->t_end[p];
       if (base + md->copy_us[0][t] + md->copy_us[1][t] - cap > v) v = base + md->copy_us[0][t] + md->copy_us[1][t] - cap;
+    }
+    for (int i = md->frow_first[b]; i < md->frow_first[b + 1]; i++) {
+      const Fifo *f = &md->frow[md->frow_by_b[i]];
+      const int *fq = md->fifo[f->stream];
+      if (dec[fq[f->it]] != DEC_OFFLOAD) continue;
+      int a = f->stream ? md->issue_at[fq[f->i0]] : g->tensors[fq[f->i0]].producer;
+      double sum = 0;
+      for (int k = f->i0; k <= f->it; k++)
+        if (dec[fq[k]] == DEC_OFFLOAD) sum += md->copy_us[f->stream][fq[k]];
+      double base = a ? q[a - 1] : 0;
+      if (base + sum - f->cap > v) v = base + sum - f->cap;
     }
     q[b] = v;
     x[md->col_q[b]] = v;
@@ -1048,7 +1134,8 @@ static void ilp_free(Ilp *md) {
   free(md->cons_first), free(md->cons_n), free(md->cons);
   free(md->ev), free(md->prod), free(md->fac), free(md->mcol);
   free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
-  free(md->win), free(md->win_first), free(md->win_by_b);
+  free(md->win), free(md->win_first), free(md->win_by_b), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
+  free(md->frow_first), free(md->frow_by_b);
   free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
 }
 
