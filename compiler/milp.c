@@ -133,7 +133,8 @@ typedef struct GlpkCb {
   const MilpModel *m;
   const MilpOptions *o;
   double t0, last_print, bound;
-  bool gave_start, stopped;
+  bool gave_start, stopped, counted_out;
+  long nodes;
 } GlpkCb;
 
 static void glpk_callback(glp_tree *T, void *info) {
@@ -147,6 +148,11 @@ static void glpk_callback(glp_tree *T, void *info) {
       glp_ios_heur_sol(T, x1);
       free(x1);
     }
+  }
+  if (reason == GLP_ISELECT && cb->o->node_limit > 0 && ++cb->nodes > cb->o->node_limit) {
+    cb->counted_out = true;
+    glp_ios_terminate(T);
+    return;
   }
   if (cb->o->time_limit > 0 && now() - cb->t0 > cb->o->time_limit) {
     cb->stopped = true;
@@ -260,7 +266,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
       /* Within mip_gap of the best node: the bound is what closed it. */
       if (cb.bound > r->objective || rc == 0) r->bound = fmin(r->objective, fmax(cb.bound, r->bound));
     } else {
-      r->status = rc == GLP_ETMLIM || cb.stopped ? MILP_TIME_LIMIT : MILP_FEASIBLE;
+      r->status = (rc == GLP_ETMLIM || cb.stopped) && !cb.counted_out ? MILP_TIME_LIMIT : MILP_FEASIBLE;
       r->bound = fmax(cb.bound, r->bound);
     }
   } else if (st == GLP_NOFEAS) {

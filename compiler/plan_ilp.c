@@ -17,6 +17,7 @@
 #include "ration.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,9 @@
 
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
-#define ILP_TIME_LIMIT 10.0  /* default seconds per decision */
+#define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
+#define ILP_NODES 200        /* branch-and-bound nodes without --time-limit */
+#define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 
 /* A small linear expression over columns with a constant. */
@@ -432,20 +435,14 @@ static int build_candidates(Ilp *md) {
   for (int q = n - 1; q >= 0; q--) {
     const Op *o = &g->ops[q];
     if (o->phase != PHASE_FORWARD) continue;
-    int cnt = 0, lo = INT32_MIN;
+    /* With a depth bound, pulls reach at most depth ops before q's own
+     * first need (ops that only feed intermediates take their consumers'). */
+    int cnt = 0, own = INT32_MAX;
     for (int k = 0; k < o->noutputs; k++) {
       const Tensor *tv = &g->tensors[o->outputs[k]];
-      if (regen(md, o->outputs[k]) && tv->stashed && tv->first_bwd_read - md->depth > lo) lo = tv->first_bwd_read - md->depth;
+      if (regen(md, o->outputs[k]) && tv->stashed && tv->first_bwd_read < own) own = tv->first_bwd_read;
     }
-    if (md->depth <= 0 || lo == INT32_MIN) lo = INT32_MIN;
-    else {
-      int own = INT32_MAX;
-      for (int k = 0; k < o->noutputs; k++) {
-        const Tensor *tv = &g->tensors[o->outputs[k]];
-        if (regen(md, o->outputs[k]) && tv->stashed && tv->first_bwd_read < own) own = tv->first_bwd_read;
-      }
-      lo = own - md->depth;
-    }
+    int lo = md->depth > 0 && own != INT32_MAX ? own - md->depth : INT32_MIN;
 #define ADD(k) do { if (mark[k] != q && (k) >= lo) { mark[k] = q; tmp[cnt++] = (k); } } while (0)
     for (int k = 0; k < o->noutputs; k++) {
       int v = o->outputs[k];
@@ -1293,16 +1290,16 @@ static double seconds_now(void) {
 /* First-improvement descent over single decision changes, judged by the
  * exact evaluation: a strong incumbent for branch and bound, which GLPK's
  * own heuristics rarely find on these models. */
-static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double budget_s) {
+static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double budget_s, long evals) {
   const Graph *g = md->g;
   if (!best->ok) return;
   Decision *cur = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   if (!cur) return;
   memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
   double t0 = seconds_now();
-  for (bool moved = true; moved && seconds_now() - t0 < budget_s;) {
+  for (bool moved = true; moved && evals > 0 && seconds_now() - t0 < budget_s;) {
     moved = false;
-    for (int i = 0; i < g->nstashed && seconds_now() - t0 < budget_s; i++) {
+    for (int i = 0; i < g->nstashed && evals > 0 && seconds_now() - t0 < budget_s; i++, evals -= 2) {
       int t = g->stashed[i];
       if (md->colK[t] < 0) continue;
       Decision was = cur[t];
@@ -1323,8 +1320,9 @@ static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, do
   free(cur);
 }
 
-/* Seconds for one decision: --time-limit, else ILP_TIME_LIMIT. */
-static double limit_of(const PlanOptions *o) { return o->time_limit > 0 ? o->time_limit : ILP_TIME_LIMIT; }
+/* Seconds for one decision: --time-limit, else a backstop behind the
+ * counted work limits. */
+static double limit_of(const PlanOptions *o) { return o->time_limit > 0 ? o->time_limit : ILP_SAFETY; }
 
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
@@ -1425,14 +1423,17 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   }
   double budget_s = deadline - seconds_now();
   /* A descent from the best start: the starting solution. */
-  improve(&md, best, limit, x, budget_s / 4);
+  /* Without --time-limit the work is counted, not timed, so the same
+   * inputs give the same plan (ILP_SAFETY seconds stay as a backstop). */
+  bool counted = o->time_limit <= 0;
+  improve(&md, best, limit, x, budget_s / 4, counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX);
   if (best->ok) {
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     int64_t pk;
     if (md.m.start) ilp_eval(&md, best->dec, md.m.start, &pk);
   }
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
-                    .mip_gap = ILP_GAP, .quiet = o->quiet};
+                    .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = counted ? ILP_NODES : 0};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
   snprintf(si->name, sizeof si->name, "%s", mo.solver);

@@ -403,6 +403,7 @@ typedef struct MilpOptions {
   double mip_gap;     /* relative gap at which a solution counts as optimal */
   bool quiet;         /* no progress lines on stderr */
   bool lp_only;       /* solve the LP relaxation only */
+  long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
 } MilpOptions;
 
 typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MILP_NO_SOLUTION } MilpStatus;
