@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,28 @@ typedef struct Fifo {
   int stream, i0, it, b; /* queue positions i0..it end with tensor fifo[it], due before/after op b */
   double cap;
 } Fifo;
+
+/* Groups items (windows or queue rows) by the op b they end at, a counting
+ * sort: by_b[first[b] .. first[b+1]) are the indices of the items with that
+ * b, in their original order. b is the int at b_offset in each item. */
+static bool group_by_op(const void *items, int count, size_t stride, size_t b_offset, int nops, int **first,
+                        int **by_b) {
+  *first = util_xcalloc((size_t)nops + 2, sizeof(int));
+  *by_b = util_xcalloc((size_t)count + 1, sizeof(int));
+  int *fill = util_xcalloc((size_t)nops + 1, sizeof(int));
+  bool ok = *first && *by_b && fill;
+  if (ok) {
+    const char *base = items;
+    for (int i = 0; i < count; i++) (*first)[*(const int *)(base + (size_t)i * stride + b_offset) + 1]++;
+    for (int b = 0; b < nops; b++) (*first)[b + 1] += (*first)[b];
+    for (int i = 0; i < count; i++) {
+      int b = *(const int *)(base + (size_t)i * stride + b_offset);
+      (*by_b)[(*first)[b] + fill[b]++] = i;
+    }
+  }
+  free(fill);
+  return ok;
+}
 
 typedef struct Ilp {
   const Graph *g;
@@ -681,22 +704,9 @@ static void build_stalls(Ilp *md) {
     }
   }
   free(start), free(due);
-  md->win_first = util_xcalloc((size_t)n + 2, sizeof(int));
-  md->win_by_b = util_xcalloc((size_t)md->nwin + 1, sizeof(int));
-  if (!md->win_first || !md->win_by_b) {
+  if (!group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &md->win_by_b)) {
     md->failed = true;
     goto out;
-  }
-  for (int i = 0; i < md->nwin; i++) md->win_first[md->win[i].b + 1]++;
-  for (int b = 0; b < n; b++) md->win_first[b + 1] += md->win_first[b];
-  {
-    int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
-    if (!fill) {
-      md->failed = true;
-      goto out;
-    }
-    for (int i = 0; i < md->nwin; i++) md->win_by_b[md->win_first[md->win[i].b] + fill[md->win[i].b]++] = i;
-    free(fill);
   }
   /* Queue order: a copy finishes after every copy queued before it, even
    * those due later. For offloaded t and each start a within ILP_FIFO ops
@@ -747,22 +757,9 @@ static void build_stalls(Ilp *md) {
       }
     }
   }
-  md->frow_first = util_xcalloc((size_t)n + 2, sizeof(int));
-  md->frow_by_b = util_xcalloc((size_t)md->nfrow + 1, sizeof(int));
-  if (!md->frow_first || !md->frow_by_b) {
+  if (!group_by_op(md->frow, md->nfrow, sizeof *md->frow, offsetof(Fifo, b), n, &md->frow_first, &md->frow_by_b)) {
     md->failed = true;
     goto out;
-  }
-  for (int i = 0; i < md->nfrow; i++) md->frow_first[md->frow[i].b + 1]++;
-  for (int b = 0; b < n; b++) md->frow_first[b + 1] += md->frow_first[b];
-  {
-    int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
-    if (!fill) {
-      md->failed = true;
-      goto out;
-    }
-    for (int i = 0; i < md->nfrow; i++) md->frow_by_b[md->frow_first[md->frow[i].b] + fill[md->frow[i].b]++] = i;
-    free(fill);
   }
   /* A round trip: offload after p, prefetch back before f. */
   for (int t = 0; t < nt; t++) {
