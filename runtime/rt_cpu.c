@@ -28,16 +28,23 @@ typedef struct Job {
 typedef struct Stream {
   struct Cpu *owner;
   pthread_t thread;
+  pthread_cond_t cv; /* this thread's own: a job queued, an event it waits for done, stop */
   bool started, busy;
+  bool idle;         /* asleep until a job is queued */
+  bool blocked;      /* asleep in a JOB_WAIT until an event completes */
   Job ring[RING];
   int head, count;
   unsigned seed;
   double copied_bytes, copy_seconds; /* measured memcpy work, for profiles */
 } Stream;
 
+/* Every thread sleeps on a condition variable of its own and is woken only
+ * when what it waits for may have happened: on two cores a wake-up that
+ * finds nothing to do is a context switch taken from compute. */
 typedef struct Cpu {
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* any change: a job queued or finished, an event done */
+  pthread_cond_t cv_host; /* the calling thread: an event done, a stream idle, ring space */
+  int host_waiting;       /* the calling thread is asleep on cv_host */
   bool stop, debug;
   unsigned delay_us;
   unsigned char *dev, *host;
@@ -61,22 +68,38 @@ static void copy_delay(unsigned *seed, unsigned fixed_us) {
   nanosleep(&ts, NULL);
 }
 
+/* Wakes whoever sleeps until an event completes. Called with mu held. */
+static void event_done(Cpu *c) {
+  if (c->host_waiting) pthread_cond_signal(&c->cv_host);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+    if (c->streams[s].blocked) pthread_cond_signal(&c->streams[s].cv);
+}
+
 static void *stream_main(void *arg) {
   Stream *st = arg;
   Cpu *c = st->owner;
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (st->count == 0 && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+    while (st->count == 0 && !c->stop) {
+      st->idle = true;
+      pthread_cond_wait(&st->cv, &c->mu);
+      st->idle = false;
+    }
     if (st->count == 0) break;
     Job j = st->ring[st->head];
     st->head = (st->head + 1) % RING;
     st->count--;
     st->busy = true;
-    pthread_cond_broadcast(&c->cv);
+    if (st->count == RING - 1 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* ring space */
     if (j.kind == JOB_WAIT) {
-      while (c->done[j.event] < j.target) pthread_cond_wait(&c->cv, &c->mu);
+      while (c->done[j.event] < j.target) {
+        st->blocked = true;
+        pthread_cond_wait(&st->cv, &c->mu);
+        st->blocked = false;
+      }
     } else if (j.kind == JOB_RECORD) {
       if (c->done[j.event] < j.target) c->done[j.event] = j.target;
+      event_done(c);
     } else {
       pthread_mutex_unlock(&c->mu);
       if (j.kind == JOB_COPY) {
@@ -94,22 +117,32 @@ static void *stream_main(void *arg) {
       pthread_mutex_lock(&c->mu);
     }
     st->busy = false;
-    pthread_cond_broadcast(&c->cv);
+    if (st->count == 0 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* cpu_sync */
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
 }
 
+/* The calling thread sleeps until a stream signals it. Called with mu held. */
+static void host_wait(Cpu *c) {
+  c->host_waiting++;
+  pthread_cond_wait(&c->cv_host, &c->mu);
+  c->host_waiting--;
+}
+
 static void enqueue(Cpu *c, int stream, Job j) {
   Stream *st = &c->streams[stream];
   pthread_mutex_lock(&c->mu);
-  while (st->count == RING) pthread_cond_wait(&c->cv, &c->mu);
+  while (st->count == RING) host_wait(c);
   st->ring[(st->head + st->count) % RING] = j;
   st->count++;
   /* Only an idle stream thread sleeps waiting for work: a busy one finds
-   * this job when it loops, without a wake-up (a syscall) per job. */
-  if (st->count == 1 && !st->busy) pthread_cond_broadcast(&c->cv);
+   * this job when it loops, without a wake-up (a syscall) per job. The
+   * signal comes after the unlock, so the woken thread does not find the
+   * mutex still held and sleep again on it. */
+  bool wake = st->idle;
   pthread_mutex_unlock(&c->mu);
+  if (wake) pthread_cond_signal(&st->cv);
 }
 
 static void cpu_close(void *ctx) {
@@ -117,12 +150,13 @@ static void cpu_close(void *ctx) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   c->stop = true;
-  pthread_cond_broadcast(&c->cv);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_signal(&c->streams[s].cv);
   pthread_mutex_unlock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
     if (c->streams[s].started) pthread_join(c->streams[s].thread, NULL);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_destroy(&c->streams[s].cv);
   pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
+  pthread_cond_destroy(&c->cv_host);
   free(c->dev);
   free(c->host);
   free(c->issued);
@@ -139,7 +173,8 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
     return RT_ENOMEM;
   }
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
+  pthread_cond_init(&c->cv_host, NULL);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_init(&c->streams[s].cv, NULL);
   c->debug = debug;
   c->delay_us = delay_us;
   c->dev = xalloc_arena(arena_bytes);
@@ -206,11 +241,15 @@ static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen
   (void)errlen;
   pthread_mutex_lock(&c->mu);
   uint64_t target = ++c->issued[event];
+  bool wake[3] = {false, false, false};
   if (stream == RT_STREAM_COMPUTE) {
     c->done[event] = target;
-    pthread_cond_broadcast(&c->cv);
+    /* The calling thread is the only host waiter: only streams can sleep here. */
+    for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) wake[s] = c->streams[s].blocked;
   }
   pthread_mutex_unlock(&c->mu);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+    if (wake[s]) pthread_cond_signal(&c->streams[s].cv);
   if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_RECORD, .event = event, .target = target});
   return RT_OK;
 }
@@ -222,7 +261,7 @@ static int cpu_wait(void *ctx, int stream, int event, char *err, size_t errlen) 
   pthread_mutex_lock(&c->mu);
   uint64_t target = c->issued[event];
   if (stream == RT_STREAM_COMPUTE)
-    while (c->done[event] < target) pthread_cond_wait(&c->cv, &c->mu);
+    while (c->done[event] < target) host_wait(c);
   pthread_mutex_unlock(&c->mu);
   if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_WAIT, .event = event, .target = target});
   return RT_OK;
@@ -234,7 +273,7 @@ static int cpu_sync(void *ctx, char *err, size_t errlen) {
   (void)errlen;
   pthread_mutex_lock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
-    while (c->streams[s].count > 0 || c->streams[s].busy) pthread_cond_wait(&c->cv, &c->mu);
+    while (c->streams[s].count > 0 || c->streams[s].busy) host_wait(c);
   pthread_mutex_unlock(&c->mu);
   return RT_OK;
 }
