@@ -12,7 +12,9 @@
  *       integer-only op, an in-place update with no outputs) and a dtype the
  *       device lists no figure for fall back to f32, which every device has.
  * Copy time, in seconds: bytes / (h2d_gbps or d2h_gbps * 1e9). Copies run on
- * their own streams, so their launch cost overlaps compute and is left out.
+ * their own streams, so their launch cost overlaps compute and is left out,
+ * except where a profile measured that it does not (copy_compute_share: the
+ * CPU backend's copy threads take cores from compute), see sim.c.
  * Measured times come from the graph or a ration-costs/1 profile
  * (profile.c).
  */

@@ -2,8 +2,8 @@
  * profile.c - reads a "ration-costs/1" file (written by libration's
  * rt_write_profile from measured runs) into a graph's per-op time_us, so
  * `ration plan --costs FILE` plans with measured rather than roofline op
- * times, and its optional measured copy bandwidths ("d2h_gbps", "h2d_gbps")
- * into the device. All or nothing: nothing is changed unless the whole file
+ * times, and its optional measured copy figures ("d2h_gbps", "h2d_gbps",
+ * "copy_compute_share") into the device. All or nothing: nothing is changed unless the whole file
  * is valid. Ops the file does not name keep their modelled cost.
  */
 #include "ration.h"
@@ -58,17 +58,17 @@ int cost_load_profile_links(Device *d, const char *path, Err *e) {
   cJSON *root = json_parse(path, text, len, "ration-costs/1", e);
   free(text);
   if (!root) return -1;
-  static const char *const keys[] = {"d2h_gbps", "h2d_gbps"};
-  double rate[2] = {d->d2h_gbps, d->h2d_gbps};
+  static const char *const keys[] = {"d2h_gbps", "h2d_gbps", "copy_compute_share"};
+  double v[3] = {d->d2h_gbps, d->h2d_gbps, d->copy_compute_share};
   int rc = 0;
-  for (int k = 0; k < 2 && rc == 0; k++) {
+  for (int k = 0; k < 3 && rc == 0; k++) {
     const cJSON *it = json_get(root, keys[k]);
     JsonPath pk = {NULL, keys[k], 0};
     if (!it) continue;
-    if (json_nonneg(path, &pk, it, &rate[k], e)) rc = -1;
-    else if (!(rate[k] > 0)) rc = json_err(e, path, &pk, "must be > 0");
+    if (json_nonneg(path, &pk, it, &v[k], e)) rc = -1;
+    else if (k < 2 && !(v[k] > 0)) rc = json_err(e, path, &pk, "must be > 0");
   }
-  if (rc == 0) d->d2h_gbps = rate[0], d->h2d_gbps = rate[1];
+  if (rc == 0) d->d2h_gbps = v[0], d->h2d_gbps = v[1], d->copy_compute_share = v[2];
   cJSON_Delete(root);
   return rc;
 }

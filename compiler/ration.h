@@ -185,6 +185,11 @@ typedef struct Device {
   int64_t memory, reserve, host_memory;
   double peak_tflops[DT_COUNT]; /* 0 where the datasheet gives nothing */
   double hbm_gbps, h2d_gbps, d2h_gbps, launch_us;
+  /* The share of a copy's time the compute stream loses when it issues the
+   * copy: 0 for copy engines (every device file); measured on the CPU
+   * backend, whose copy threads compete with compute for the cores
+   * (a profile's "copy_compute_share"). */
+  double copy_compute_share;
 } Device;
 
 Device *device_load(const char *path, Err *e);

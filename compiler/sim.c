@@ -3,7 +3,10 @@
  * plan semantics, then replays it: live device bytes at every step (the
  * number the runtime's high-water mark must equal) and the step time on
  * three FIFO streams (compute, D2H, H2D), where stalls are waits that
- * actually happen, not estimates.
+ * actually happen, not estimates. A device with a measured
+ * copy_compute_share (a CPU backend's profile) also loses that share of
+ * each copy's time on the compute stream where the copy is issued; it
+ * counts as stall, compute time lost to copies.
  */
 #include "ration.h"
 
@@ -378,8 +381,10 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
       break;
     }
     case STEP_OFFLOAD: {
-      double start = d2h > compute ? d2h : compute;
-      d2h = start + cost_d2h_seconds(d, p->buffers[st->from].bytes);
+      double start = d2h > compute ? d2h : compute, t = cost_d2h_seconds(d, p->buffers[st->from].bytes);
+      d2h = start + t;
+      compute += d->copy_compute_share * t;
+      r->stall_seconds += d->copy_compute_share * t;
       copy_end[st->to] = d2h;
       copy_end[st->from] = d2h;
       done[s] = d2h;
@@ -390,7 +395,10 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
       if (copy_end[st->from] > start) start = copy_end[st->from];
       double bytes_ready = bytes_free_at(p, first, last, done, st->to, s);
       if (bytes_ready > start) start = bytes_ready;
-      h2d = start + cost_h2d_seconds(d, p->buffers[st->to].bytes);
+      double t = cost_h2d_seconds(d, p->buffers[st->to].bytes);
+      h2d = start + t;
+      compute += d->copy_compute_share * t;
+      r->stall_seconds += d->copy_compute_share * t;
       copy_end[st->to] = h2d;
       done[s] = h2d;
       break;

@@ -153,12 +153,17 @@ int rt_init_params(rt_Session *s, uint64_t seed, double stddev);
 int rt_step(rt_Session *s);
 
 int rt_stats(const rt_Session *s, rt_Stats *st);
-/* Mean measured seconds of graph op OP (its non-recompute step) over the
- * steps run, the first (cold) one left out when there are more; -1 when it
- * never ran. */
+/* Median measured seconds of graph op OP (its non-recompute step) over the
+ * last 64 steps run, the first (cold) one left out when there are more; -1
+ * when it never ran. */
 double rt_op_seconds(const rt_Session *s, int op);
 /* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}},
- * plus "d2h_gbps" and "h2d_gbps" when the backend measured its copies. */
+ * plus, when the backend measured copies in the steps after the first,
+ * "d2h_gbps" and "h2d_gbps" (medians of each step's bandwidth) and
+ * "copy_compute_share" (the compute stream's seconds spent issuing copies
+ * over the copies' seconds: on the CPU backend, how much of a copy's time
+ * its thread takes from compute). Atomic: a temporary of its own next to
+ * PATH, synced and renamed over it; on failure PATH is as it was. */
 int rt_write_profile(rt_Session *s, const char *path);
 
 /* Fault injection for tests (Lua's ltests idea): from this call on, the

@@ -9,13 +9,32 @@
  */
 #include "rt_backend.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { ST_EMPTY, ST_PENDING, ST_VALID, ST_DEAD }; /* debug: a buffer's state within a step */
+/* Profiles keep the times of the last SAMPLES steps (the first, cold one
+ * left out) and report their medians: a load spike in a few steps on a
+ * shared machine moves a mean, not a median. */
+enum { SAMPLES = 64 };
+enum { CS_D2H, CS_H2D, CS_SHARE, CS_KINDS }; /* per-step copy figures */
+
+/* What one pass over the steps measured on the calling thread. */
+typedef struct StepTimes {
+  double kernel;  /* inside kernels */
+  double wait;    /* blocked on copy-stream events */
+  double issue;   /* issuing copy-stream steps and recording events they wait
+                     for (enqueueing; on two cores the copy thread it wakes
+                     may take the caller's core meanwhile) */
+  int opt_ran;    /* optimizer ops run */
+} StepTimes;
 
 struct rt_Session {
   const rt_Schedule *sc;
@@ -34,8 +53,11 @@ struct rt_Session {
   int *resident;       /* per buffer: occupied for the whole step */
   int *persist;        /* per buffer: readable after the step (resident or a graph output) */
   int *op_step;        /* per op: its non-recompute step */
-  double *op_sum;      /* per op: summed kernel seconds, from the second step on */
+  double *op_samples; /* per op: SAMPLES kernel seconds of the steps after the first (ring) */
   double *op_first;    /* per op: kernel seconds in the first step (cold caches) */
+  double copy_samples[CS_KINDS][SAMPLES]; /* per step after the first: d2h and h2d GB/s, copy
+                                             share (issue seconds / copy seconds); -1 no copies */
+  double copied[3], copy_sec[3]; /* per stream: the backend's totals at the last step's end */
   unsigned char *state;
   /* RT_OPEN_ATOMIC: the resident buffers the optimizer ops write, copied to
    * host memory before the first of them runs in each step. */
@@ -313,7 +335,7 @@ static int build_steps(rt_Session *s) {
   return RT_OK;
 }
 
-static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_ran);
+static int run_steps(rt_Session *s, StepTimes *tm);
 
 static void reset_states(rt_Session *s) {
   for (int b = 0; b < s->sc->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
@@ -332,18 +354,15 @@ static int warm_up(rt_Session *s) {
     rc = s->be->fill(s->ctx, RT_STREAM_COMPUTE, s->dev, 0, c->arena_bytes, s->err, sizeof s->err);
     if (rc == RT_OK) rc = s->be->fill(s->ctx, RT_STREAM_COMPUTE, s->host, 0, c->host_bytes, s->err, sizeof s->err);
     if (rc == RT_OK && pass == 0) {
-      double kernel_s = 0, wait_s = 0;
-      int opt_ran = 0;
+      StepTimes tm = {0, 0, 0, 0};
       for (int i = 0; i < c->nsteps; i++) s->args[i].step = 1;
       reset_states(s);
-      rc = run_steps(s, &kernel_s, &wait_s, &opt_ran);
+      rc = run_steps(s, &tm);
     }
     int src = s->be->sync(s->ctx, serr, sizeof serr);
     if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
   }
   s->live = s->hwm = 0;
-  memset(s->op_sum, 0, (size_t)c->nops * sizeof *s->op_sum);
-  memset(s->op_first, 0, (size_t)c->nops * sizeof *s->op_first);
   return rc;
 }
 
@@ -391,11 +410,11 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   s->resident = rt_calloc(nb, sizeof *s->resident);
   s->persist = rt_calloc(nb, sizeof *s->persist);
   s->op_step = rt_calloc(no, sizeof *s->op_step);
-  s->op_sum = rt_calloc(no, sizeof *s->op_sum);
+  s->op_samples = rt_calloc(no * SAMPLES, sizeof *s->op_samples);
   s->op_first = rt_calloc(no, sizeof *s->op_first);
   s->state = rt_calloc(nb, sizeof *s->state);
   if (!s->fn || !s->args || !s->first || !s->last || !s->born_start || !s->die_start || !s->home || !s->grads ||
-      !s->resident || !s->persist || !s->op_step || !s->op_sum || !s->op_first || !s->state) {
+      !s->resident || !s->persist || !s->op_step || !s->op_samples || !s->op_first || !s->state) {
     rc = fail(s, RT_ENOMEM, "out of memory");
     goto done;
   }
@@ -451,7 +470,7 @@ void rt_close(rt_Session *s) {
   free(s->resident);
   free(s->persist);
   free(s->op_step);
-  free(s->op_sum);
+  free(s->op_samples);
   free(s->op_first);
   free(s->state);
   free(s->snap);
@@ -601,7 +620,7 @@ static int prepare_snapshot(rt_Session *s, bool atomic) {
   return RT_OK;
 }
 
-static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_ran) {
+static int run_steps(rt_Session *s, StepTimes *tm) {
   const rt_Schedule *c = s->sc;
   const rt_Backend *be = s->be;
   char *err = s->err;
@@ -614,6 +633,7 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_r
   }
   for (int i = 0; i < c->nsteps; i++) {
     const rt_SchedStep *st = &c->steps[i];
+    double q0 = st->stream != RT_STREAM_COMPUTE ? now_seconds() : 0;
     for (int k = s->born_start[i]; k < s->born_start[i + 1]; k++) {
       int b = s->born[k];
       if (c->buffers[b].space == RT_SPACE_DEVICE) s->live += c->buffers[b].bytes;
@@ -624,7 +644,7 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_r
       int w = c->waits[st->wait0 + k];
       if (st->stream == RT_STREAM_COMPUTE) t0 = now_seconds();
       if ((rc = be->wait(s->ctx, st->stream, c->steps[w].event, err, el)) != RT_OK) return rc;
-      if (st->stream == RT_STREAM_COMPUTE) *wait_s += now_seconds() - t0;
+      if (st->stream == RT_STREAM_COMPUTE) tm->wait += now_seconds() - t0;
     }
     switch (st->kind) {
     case RT_STEP_COMPUTE: {
@@ -641,9 +661,10 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_r
       double dt = now_seconds() - t0;
       s->kernel_cpu += thread_cpu_seconds() - c0;
       if (rc != RT_OK) return step_failed(s, rc, i);
-      if (o->phase == 2) (*opt_ran)++;
-      *kernel_s += dt;
-      if (!st->recompute) *(s->nrun == 1 ? &s->op_first[st->op] : &s->op_sum[st->op]) += dt;
+      if (o->phase == 2) tm->opt_ran++;
+      tm->kernel += dt;
+      if (!st->recompute && s->nrun == 1) s->op_first[st->op] = dt;
+      else if (!st->recompute && s->nrun > 1) s->op_samples[(size_t)st->op * SAMPLES + (size_t)(s->nrun - 2) % SAMPLES] = dt;
       if (s->debug) {
         for (int k = 0; k < o->nout; k++) s->state[io[o->nin + k]] = ST_VALID;
         if (st->workspace >= 0) s->state[st->workspace] = ST_VALID;
@@ -681,9 +702,33 @@ static int run_steps(rt_Session *s, double *kernel_s, double *wait_s, int *opt_r
           return rc;
       }
     }
+    /* A compute-stream record may wake a copy thread waiting for it, which
+     * then takes the caller's core as the issue of a copy does. */
+    if (st->event >= 0 && st->stream == RT_STREAM_COMPUTE) q0 = now_seconds();
     if (st->event >= 0 && (rc = be->record(s->ctx, st->stream, st->event, err, el)) != RT_OK) return rc;
+    if (st->stream != RT_STREAM_COMPUTE || st->event >= 0) tm->issue += now_seconds() - q0;
   }
   return RT_OK;
+}
+
+/* This step's copies, from the backend's running totals (the streams are
+ * idle after a step): each direction's bandwidth, and the copies' share of
+ * the compute stream, what issuing them cost it over how long they ran. */
+static void record_copies(rt_Session *s, double issue, bool ok) {
+  if (!s->be->copy_totals) return;
+  double bytes[3] = {0, 0, 0}, sec[3] = {0, 0, 0};
+  for (int st = RT_STREAM_D2H; st <= RT_STREAM_H2D; st++) {
+    double b, t;
+    s->be->copy_totals(s->ctx, st, &b, &t);
+    bytes[st] = b - s->copied[st], sec[st] = t - s->copy_sec[st];
+    s->copied[st] = b, s->copy_sec[st] = t;
+  }
+  if (!ok || s->nrun < 2) return;
+  size_t at = (size_t)(s->nrun - 2) % SAMPLES;
+  s->copy_samples[CS_D2H][at] = bytes[RT_STREAM_D2H] > 0 && sec[RT_STREAM_D2H] > 0 ? bytes[RT_STREAM_D2H] / sec[RT_STREAM_D2H] / 1e9 : -1;
+  s->copy_samples[CS_H2D][at] = bytes[RT_STREAM_H2D] > 0 && sec[RT_STREAM_H2D] > 0 ? bytes[RT_STREAM_H2D] / sec[RT_STREAM_H2D] / 1e9 : -1;
+  double copy = sec[RT_STREAM_D2H] + sec[RT_STREAM_H2D];
+  s->copy_samples[CS_SHARE][at] = copy > 0 ? issue / copy : -1;
 }
 
 int rt_step(rt_Session *s) {
@@ -693,12 +738,11 @@ int rt_step(rt_Session *s) {
   s->nrun++;
   for (int i = 0; i < c->nsteps; i++) s->args[i].step = s->nrun;
   reset_states(s);
-  double kernel_s = 0, wait_s = 0;
-  int opt_ran = 0;
+  StepTimes tm = {0, 0, 0, 0};
   s->snap_taken = false;
   s->kernel_cpu = 0;
   double c0 = thread_cpu_seconds(), t0 = now_seconds();
-  int rc = run_steps(s, &kernel_s, &wait_s, &opt_ran);
+  int rc = run_steps(s, &tm);
   double t1 = now_seconds();
   char serr[256];
   int src = s->be->sync(s->ctx, serr, sizeof serr);
@@ -706,19 +750,21 @@ int rt_step(rt_Session *s) {
   if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
   if (rc != RT_OK) {
     s->nrun--;
+    if (src == RT_OK) record_copies(s, tm.issue, false); /* a failed step's copies are no sample */
     size_t n = strlen(s->err);
     if (s->snap_taken) {
       if (restore_snapshot(s, serr, sizeof serr) != RT_OK)
         snprintf(s->err + n, sizeof s->err - n, "; restoring the parameters failed too: %s", serr);
-    } else if (opt_ran > 0) {
-      snprintf(s->err + n, sizeof s->err - n, " (%d optimizer ops had already updated their parameters)", opt_ran);
+    } else if (tm.opt_ran > 0) {
+      snprintf(s->err + n, sizeof s->err - n, " (%d optimizer ops had already updated their parameters)", tm.opt_ran);
     }
     return rc;
   }
   s->stats.step_seconds = t2 - t0;
-  s->stats.kernel_seconds = kernel_s;
-  s->stats.wait_seconds = wait_s + (t2 - t1);
+  s->stats.kernel_seconds = tm.kernel;
+  s->stats.wait_seconds = tm.wait + (t2 - t1);
   s->stats.overhead_seconds = (c2 - c0) - s->kernel_cpu;
+  record_copies(s, tm.issue, true);
   return RT_OK;
 }
 
@@ -733,9 +779,30 @@ int rt_stats(const rt_Session *s, rt_Stats *st) {
   return RT_OK;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of the non-negative values among the N in V (-1: none). */
+static double median(const double *v, int n) {
+  double x[SAMPLES];
+  int m = 0;
+  for (int i = 0; i < n && m < SAMPLES; i++)
+    if (v[i] >= 0) x[m++] = v[i];
+  if (m == 0) return -1;
+  qsort(x, (size_t)m, sizeof *x, cmp_double);
+  return m % 2 ? x[m / 2] : 0.5 * (x[m / 2 - 1] + x[m / 2]);
+}
+
+/* Steps after the first whose samples are kept. */
+static int sampled(const rt_Session *s) {
+  return s->nrun - 1 < SAMPLES ? (int)s->nrun - 1 : SAMPLES;
+}
+
 double rt_op_seconds(const rt_Session *s, int op) {
   if (!s || op < 0 || op >= s->sc->nops || s->nrun == 0 || s->op_step[op] < 0) return -1;
-  return s->nrun == 1 ? s->op_first[op] : s->op_sum[op] / (double)(s->nrun - 1);
+  return s->nrun == 1 ? s->op_first[op] : median(&s->op_samples[(size_t)op * SAMPLES], sampled(s));
 }
 
 static void json_str(FILE *f, const char *x) {
@@ -748,13 +815,36 @@ static void json_str(FILE *f, const char *x) {
   fputc('"', f);
 }
 
+/* A file of its own next to PATH: PATH.tmp.PID.N, N counting the session's
+ * process-wide attempts, so two writers never share a temporary. */
+static FILE *open_temp(const char *path, char *tmp, size_t len) {
+  static atomic_uint serial;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    unsigned n = atomic_fetch_add(&serial, 1u);
+    if ((size_t)snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), n) >= len) return NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      FILE *f = fdopen(fd, "w");
+      if (!f) {
+        close(fd);
+        unlink(tmp);
+      }
+      return f;
+    }
+    if (errno != EEXIST) return NULL;
+  }
+  return NULL;
+}
+
+/* Written to a temporary, synced, then renamed over PATH: a reader sees the
+ * old file or the whole new one, never half of it; on failure the
+ * temporary is removed and PATH is as it was. */
 int rt_write_profile(rt_Session *s, const char *path) {
   if (!s || !path) return RT_EINVAL;
   if (s->nrun == 0) return fail(s, RT_EINVAL, "no step has run: nothing to profile");
   char tmp[4096];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return fail(s, RT_EINVAL, "path too long");
-  FILE *f = fopen(tmp, "w");
-  if (!f) return fail(s, RT_EINVAL, "%s: cannot write", tmp);
+  FILE *f = open_temp(path, tmp, sizeof tmp);
+  if (!f) return fail(s, RT_EINVAL, "%s: cannot write: %s", path, strerror(errno));
   fprintf(f, "{\"format\": \"ration-costs/1\", \"schedule\": ");
   json_str(f, s->sc->name);
   fprintf(f, ", \"backend\": ");
@@ -769,18 +859,22 @@ int rt_write_profile(rt_Session *s, const char *path) {
     fprintf(f, ": %.3f", sec * 1e6);
   }
   fprintf(f, "\n }");
-  /* Measured copy bandwidths, for the simulator's copy times. */
-  static const char *const keys[] = {NULL, "d2h_gbps", "h2d_gbps"};
-  for (int st = RT_STREAM_D2H; st <= RT_STREAM_H2D && s->be->copy_totals; st++) {
-    double bytes = 0, sec = 0;
-    s->be->copy_totals(s->ctx, st, &bytes, &sec);
-    if (bytes > 0 && sec > 0) fprintf(f, ",\n \"%s\": %.4f", keys[st], bytes / sec / 1e9);
+  /* What the simulator's copies need, measured while compute ran: each
+   * direction's bandwidth and the share of a copy's time the compute stream
+   * loses to it (the medians over the steps after the first). */
+  static const char *const keys[CS_KINDS] = {"d2h_gbps", "h2d_gbps", "copy_compute_share"};
+  for (int k = 0; k < CS_KINDS && s->nrun > 1; k++) {
+    double v = median(s->copy_samples[k], sampled(s));
+    if (v >= 0) fprintf(f, ",\n \"%s\": %.4f", keys[k], v);
   }
   fprintf(f, "\n}\n");
-  bool bad = ferror(f) != 0;
-  if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
-    remove(tmp);
-    return fail(s, RT_EINVAL, "%s: write failed", path);
+  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+  int saved = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, saved = errno;
+  if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
+  if (bad) {
+    unlink(tmp);
+    return fail(s, RT_EINVAL, "%s: write failed: %s", path, strerror(saved));
   }
   return RT_OK;
 }

@@ -2,8 +2,8 @@
 # emitted gpt2-tiny schedule writes measured op times (--profile, libration's
 # rt_write_profile), `ration plan --costs` reads them, and the plan's
 # predicted compute time is exactly the sum of the measured times; an
-# offload-all run also writes its measured copy bandwidths, which the
-# simulator's copy times then follow.
+# offload-all run also writes its measured copy bandwidths and the copies'
+# share of the compute stream, which the simulator's copy times then follow.
 . tests/lib.sh
 BUILD=${BUILD:-build/rel}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -50,6 +50,9 @@ case " $($RATION 2>&1 | sed -n 's/^strategies: //p') " in *" offload-all "*)
   else fail "simulate --costs: copy times follow the profile's bandwidths" "fast '$fast', slow '$slow'"; fi
   sed 's/"h2d_gbps": [0-9.]*/"h2d_gbps": -2/' "$tmp/o.costs.json" >"$tmp/bad.json"
   expect_fail "plan --costs with a negative bandwidth" "$tmp/bad.json: h2d_gbps: must be >= 0, got -2" \
-    $RATION plan $g --device budgets/cpu.json --costs "$tmp/bad.json" -o "$tmp/bad";;
+    $RATION plan $g --device budgets/cpu.json --costs "$tmp/bad.json" -o "$tmp/bad"
+  sed 's/"copy_compute_share": [0-9.]*/"copy_compute_share": -0.5/' "$tmp/o.costs.json" >"$tmp/bad.json"
+  expect_fail "simulate --costs with a negative copy_compute_share" \
+    "$tmp/bad.json: copy_compute_share: must be >= 0, got -0.5" $RATION simulate $g "$tmp/o.plan.json" --costs "$tmp/bad.json";;
 esac
 t_done

@@ -11,20 +11,29 @@
  *     the step a session that never failed runs.
  * Without RT_OPEN_ATOMIC a failing optimizer op may leave earlier optimizer
  * ops' updates; the message must say so, and nothing else may change.
+ * And rt_write_profile: what it writes reads back (every op's median, the
+ * copy figures), two writers of one path never clobber each other's
+ * temporary, and a write that fails leaves no temporary behind.
  */
 #include "ration.h"
 #include "test.h"
 
 #include "../runtime/ration.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[256];
 static long stride = 1; /* --stride N: every Nth event only (tests/t_valgrind.sh) */
+
+static Graph *graph; /* the schedule's graph, for reading profiles back */
 
 static const rt_Schedule *build_schedule(void **handle, char *why, size_t wn) {
   ModelConfig c;
@@ -70,7 +79,8 @@ done:
   free(dec);
   plan_free(p);
   device_free(d);
-  graph_free(g);
+  if (s) graph = g;
+  else graph_free(g);
   buf_free(&json);
   buf_free(&src);
   buf_free(&hdr);
@@ -168,6 +178,84 @@ static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, co
   free(now);
 }
 
+/* Entries of DIR whose name contains ".tmp". */
+static int temporaries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d));) n += strstr(de->d_name, ".tmp") != NULL;
+  if (d) closedir(d);
+  return n;
+}
+
+typedef struct Writer {
+  rt_Session *s;
+  const char *path;
+  int failed;
+} Writer;
+
+static void *write_many(void *arg) {
+  Writer *w = arg;
+  for (int i = 0; i < 20; i++) w->failed += rt_write_profile(w->s, w->path) != RT_OK;
+  return NULL;
+}
+
+static void profiles(const rt_Schedule *s) {
+  rt_Session *a = NULL, *b = NULL;
+  char err[512] = "", path[600], dir[600];
+  int rc = open_ready(s, RT_OPEN_PROFILE, &a, err, sizeof err);
+  if (rc == RT_OK) rc = open_ready(s, RT_OPEN_PROFILE, &b, err, sizeof err);
+  for (int i = 0; i < 4 && rc == RT_OK; i++)
+    if ((rc = rt_step(a)) != RT_OK || (rc = rt_step(b)) != RT_OK) snprintf(err, sizeof err, "step: %s", rt_error(a));
+  snprintf(path, sizeof path, "%s/p.costs.json", tmpdir);
+  if (rc == RT_OK && rt_write_profile(a, path) != RT_OK) rc = -1, snprintf(err, sizeof err, "%s", rt_error(a));
+  T_CASE("rt_write_profile: writes the profile, no temporary left") T_CHECKF(rc == RT_OK && temporaries(tmpdir) == 0,
+                                                                         "%s; %d temporaries", err, temporaries(tmpdir));
+  if (rc != RT_OK) goto done;
+  Err e = {{0}};
+  Device *d = device_load("budgets/cpu.json", &e);
+  int lrc = d ? cost_load_profile(graph, path, &e) : -1;
+  if (d) d->copy_compute_share = -1;
+  if (lrc == 0) lrc = cost_load_profile_links(d, path, &e);
+  int off = 0;
+  for (int o = 0; lrc == 0 && o < graph->nops; o++) {
+    double want = rt_op_seconds(a, o) * 1e6;
+    if (!(want > 0) || fabs(graph->ops[o].time_us - want) > 0.0006) off++;
+  }
+  T_CASE("the profile reads back: every op's median time, both bandwidths, the copies' compute share")
+    T_CHECKF(lrc == 0 && off == 0 && d->d2h_gbps > 0 && d->h2d_gbps > 0 && d->copy_compute_share >= 0 &&
+             d->d2h_gbps != 5 && d->h2d_gbps != 5,
+             "%s; %d ops differ; d2h %g, h2d %g, share %g", lrc ? e.msg : "", off, d ? d->d2h_gbps : 0,
+             d ? d->h2d_gbps : 0, d ? d->copy_compute_share : 0);
+  device_free(d);
+
+  /* Two sessions write the same path at once: each write whole, atomic. */
+  Writer wa = {a, path, 0}, wb = {b, path, 0};
+  pthread_t ta, tb;
+  bool started = pthread_create(&ta, NULL, write_many, &wa) == 0;
+  if (started && pthread_create(&tb, NULL, write_many, &wb) != 0) wb.failed = -1;
+  else if (started) pthread_join(tb, NULL);
+  if (started) pthread_join(ta, NULL);
+  T_CASE("two writers of one path: every write succeeds, the file is one whole profile, no temporary left")
+    T_CHECKF(started && wa.failed == 0 && wb.failed == 0 && cost_load_profile(graph, path, &e) == 0 &&
+             temporaries(tmpdir) == 0, "failed %d + %d; %s; %d temporaries", wa.failed, wb.failed, e.msg,
+             temporaries(tmpdir));
+
+  snprintf(dir, sizeof dir, "%s/sub", tmpdir);
+  mkdir(dir, 0700);
+  rc = rt_write_profile(a, dir);
+  struct stat st;
+  T_CASE("rt_write_profile onto a directory: fails with a message, directory kept, no temporary left")
+    T_CHECKF(rc == RT_EINVAL && strstr(rt_error(a), dir) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+             temporaries(tmpdir) == 0, "status %d: %s; %d temporaries", rc, rt_error(a), temporaries(tmpdir));
+  snprintf(dir, sizeof dir, "%s/missing/p.json", tmpdir);
+  rc = rt_write_profile(a, dir);
+  T_CASE("rt_write_profile into a missing directory: fails with a message")
+    T_CHECKF(rc == RT_EINVAL && strstr(rt_error(a), dir), "status %d: %s", rc, rt_error(a));
+done:
+  rt_close(a);
+  rt_close(b);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc == 3 && !strcmp(argv[1], "--stride")) stride = atol(argv[2]) > 0 ? atol(argv[2]) : 1;
@@ -229,8 +317,10 @@ int main(int argc, char **argv) {
     fail_each(s, 1, ncopy, RT_OPEN_ATOMIC, after_one, nb);
     fail_each(s, 2, nkernel, RT_OPEN_ATOMIC, after_one, nb);
     free(after_one);
+    if (stride == 1) profiles(s);
   }
   if (handle) dlclose(handle);
+  graph_free(graph);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);

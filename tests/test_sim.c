@@ -7,6 +7,7 @@
 #include "ration.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* x, w, gw: 16 B each, resident. a1 32 B, a2 64 B stashed; loss an output. */
@@ -133,6 +134,21 @@ int main(void) {
       T_CHECK(p->predicted.stall_seconds == 0);
       T_CHECK(p->steps[pf + 1].kind == STEP_COMPUTE && p->steps[pf + 1].op == graph_find_op(g, "b3"));
     }
+    plan_free(p);
+  }
+  T_CASE("copy_compute_share: each copy costs the compute stream that share of its time, as stall") {
+    Plan *p = make(DEC_OFFLOAD, DEC_KEEP);
+    SimResult r0, r1;
+    Err se;
+    T_CHECK(p && sim_run(p, g, d, false, &r0, &se) == 0);
+    d->copy_compute_share = 0.5;
+    T_CHECK(p && sim_run(p, g, d, false, &r1, &se) == 0);
+    d->copy_compute_share = 0;
+    /* Two 32 ns copies (32 B at 1 GB/s), each hidden behind a 2 us op: half
+     * of each lands on the compute stream. */
+    T_CHECK(p && fabs(r1.step_seconds - r0.step_seconds - 32e-9) < 1e-15);
+    T_CHECK(p && r0.stall_seconds == 0 && fabs(r1.stall_seconds - 32e-9) < 1e-15);
+    T_CHECK(p && r1.compute_seconds == r0.compute_seconds);
     plan_free(p);
   }
   T_CASE("rule: a missing op") {
