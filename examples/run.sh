@@ -1,7 +1,8 @@
 #!/bin/sh
 # run.sh - `make run`: the whole pipeline on a small model, end to end.
 #   1. generate gpt2-tiny (the command of models/README.md)
-#   2. measure its op times: a keep-all schedule, 5 profiled steps
+#   2. measure its op times and copies: an offload-all schedule (every op
+#      once, every copy the graph can have), 5 profiled steps
 #   3. plan it with those costs at the midpoint budget, halfway between the
 #      smallest budget the strategy can meet (the one its error names, or
 #      found by bisection) and the keep-all peak, and emit the C schedule
@@ -43,8 +44,10 @@ build_trainer() {
     -o "$2" examples/train.c "$1.sched.c" $cuda "$BUILD/libration.a" $cuda_libs -lm -lpthread
 }
 
-echo "== 2. measure op times (keep-all schedule, 5 profiled steps)"
-$R plan $OUT/gpt2-tiny.json --device $DEV --budget 200% -o $OUT/profile >/dev/null
+PROFILE=keep-all
+case " $STRATEGIES " in *" offload-all "*) PROFILE=offload-all;; esac
+echo "== 2. measure op times and copies ($PROFILE schedule, 5 profiled steps)"
+$R plan $OUT/gpt2-tiny.json --device $DEV --strategy $PROFILE --budget 200% -o $OUT/profile >/dev/null
 build_trainer $OUT/profile $OUT/train-profile
 $OUT/train-profile --steps 5 --data $DATA --profile $OUT/gpt2-tiny.costs.json | tail -1
 
