@@ -132,24 +132,26 @@ static double rel_gap(double inc, double bound) {
 typedef struct GlpkCb {
   const MilpModel *m;
   const MilpOptions *o;
+  const double *start; /* ncols values handed to the tree, or NULL */
+  long node_limit;
   double t0, last_print, bound;
-  bool gave_start, stopped, counted_out;
+  bool gave_start, stopped, counted_out, progress;
   long nodes;
 } GlpkCb;
 
 static void glpk_callback(glp_tree *T, void *info) {
   GlpkCb *cb = info;
   int reason = glp_ios_reason(T);
-  if (reason == GLP_IHEUR && !cb->gave_start && cb->m->start) {
+  if (reason == GLP_IHEUR && !cb->gave_start && cb->start) {
     cb->gave_start = true;
     double *x1 = util_xcalloc((size_t)cb->m->ncols + 1, sizeof(double));
     if (x1) {
-      memcpy(x1 + 1, cb->m->start, (size_t)cb->m->ncols * sizeof(double));
+      memcpy(x1 + 1, cb->start, (size_t)cb->m->ncols * sizeof(double));
       glp_ios_heur_sol(T, x1);
       free(x1);
     }
   }
-  if (reason == GLP_ISELECT && cb->o->node_limit > 0 && ++cb->nodes > cb->o->node_limit) {
+  if (reason == GLP_ISELECT && cb->node_limit > 0 && ++cb->nodes > cb->node_limit) {
     cb->counted_out = true;
     glp_ios_terminate(T);
     return;
@@ -162,7 +164,7 @@ static void glpk_callback(glp_tree *T, void *info) {
   int best = glp_ios_best_node(T);
   if (best) cb->bound = glp_ios_node_bound(T, best) + cb->m->obj_offset;
   double t = now() - cb->t0;
-  if (!cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
+  if (cb->progress && !cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
     cb->last_print = t;
     glp_prob *P = glp_ios_get_prob(T);
     if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT) {
@@ -205,6 +207,50 @@ static glp_prob *glpk_load(const MilpModel *m) {
   return P;
 }
 
+static void glpk_set_time_limit(glp_iocp *iocp, const MilpOptions *o, double t0) {
+  if (o->time_limit <= 0) return;
+  double left = o->time_limit - (now() - t0);
+  iocp->tm_lim = left > 0.001 ? (int)fmin(left * 1000, 2e9) : 1;
+}
+
+/* The LP's neighbourhood (relaxation-induced): the integer columns the LP
+ * left integral are fixed there and a small MILP decides the rest. On the
+ * planner's models the LP leaves a few dozen of hundreds of decisions
+ * fractional, and this finds in a fraction of a second what branch and
+ * bound from the LP's basis does not find in minutes. Its work is counted
+ * in nodes like the main tree's. */
+static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOptions *o, double t0, double *x) {
+  glp_prob *S = glp_create_prob();
+  glp_copy_prob(S, P, GLP_OFF);
+  int free_ints = 0;
+  for (int c = 0; c < m->ncols; c++) {
+    if (!m->col_int[c]) continue;
+    double v = glp_get_col_prim(P, c + 1);
+    if (fabs(v - round(v)) <= 1e-9) glp_set_col_bnds(S, c + 1, GLP_FX, round(v), round(v));
+    else free_ints++;
+  }
+  GlpkCb cb = {.m = m, .o = o, .node_limit = o->neighbourhood_nodes, .t0 = t0};
+  glp_iocp iocp;
+  glp_init_iocp(&iocp);
+  iocp.msg_lev = GLP_MSG_OFF;
+  iocp.presolve = GLP_ON; /* the fixed columns and what they decide go away */
+  iocp.cb_func = glpk_callback;
+  iocp.cb_info = &cb;
+  iocp.mip_gap = o->mip_gap;
+  glpk_set_time_limit(&iocp, o, t0);
+  bool found = false;
+  if (free_ints > 0) {
+    glp_intopt(S, &iocp);
+    int st = glp_mip_status(S);
+    if (st == GLP_OPT || st == GLP_FEAS) {
+      for (int c = 0; c < m->ncols; c++) x[c] = glp_mip_col_val(S, c + 1);
+      found = true;
+    }
+  }
+  glp_delete_prob(S);
+  return found;
+}
+
 static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   glp_term_out(GLP_OFF);
   glp_prob *P = glpk_load(m);
@@ -239,7 +285,34 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     r->status = MILP_FEASIBLE;
     goto done;
   }
-  GlpkCb cb = {.m = m, .o = o, .t0 = t0, .bound = r->bound};
+  /* The better of the caller's start and the LP's neighbourhood,
+   * polished by the caller. */
+  double *sub = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  if (!sub) {
+    glp_delete_prob(P);
+    return err_set(e, "milp: out of memory");
+  }
+  const double *start = m->start;
+  double start_obj = m->start ? obj_of(m, m->start) : HUGE_VAL;
+  if (rel_gap(start_obj, r->bound) > o->mip_gap && glpk_neighbourhood(P, m, o, t0, sub) && obj_of(m, sub) < start_obj)
+    start = sub, start_obj = obj_of(m, sub);
+  if (start && o->polish && rel_gap(start_obj, r->bound) > o->mip_gap) {
+    if (start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
+    o->polish(o->polish_ctx, sub);
+    if (obj_of(m, sub) < start_obj) start = sub, start_obj = obj_of(m, sub);
+  }
+  if (start && !o->quiet && now() - t0 > 1)
+    fprintf(stderr, "ilp: incumbent %.6g bound %.6g gap %.3f%% %.1f s\n", start_obj, r->bound,
+            100 * rel_gap(start_obj, r->bound), now() - t0);
+  if (start && rel_gap(start_obj, r->bound) <= o->mip_gap) {
+    /* Within the gap of the LP bound: nothing for branch and bound to do. */
+    memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
+    r->objective = start_obj;
+    r->status = MILP_OPTIMAL;
+    free(sub);
+    goto done;
+  }
+  GlpkCb cb = {.m = m, .o = o, .start = start, .node_limit = o->node_limit, .t0 = t0, .bound = r->bound, .progress = true};
   glp_iocp iocp;
   glp_init_iocp(&iocp);
   iocp.msg_lev = GLP_MSG_OFF;
@@ -252,11 +325,9 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   /* Measured on these models: pseudocost branching spends its first
    * seconds in strong-branching LPs, and the cut generators and GLPK's
    * heuristics never paid for themselves; the starting solution does. */
-  if (o->time_limit > 0) {
-    double left = o->time_limit - (now() - t0);
-    iocp.tm_lim = left > 0.001 ? (int)fmin(left * 1000, 2e9) : 1;
-  }
+  glpk_set_time_limit(&iocp, o, t0);
   rc = glp_intopt(P, &iocp);
+  free(sub);
   int st = glp_mip_status(P);
   if (st == GLP_OPT || st == GLP_FEAS) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);

@@ -28,7 +28,8 @@
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
 #define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
-#define ILP_NODES 200        /* branch-and-bound nodes without --time-limit */
+#define ILP_NODES 200        /* branch-and-bound nodes without --time-limit, at most */
+#define ILP_NODE_WORK 1e6    /* ... and at most this many matrix nonzeros times nodes */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 
@@ -1379,7 +1380,7 @@ static int depth_needed(const Graph *g, Decision **st, int nst) {
  * bounded depth (docs/PLANNING.md, "Scale"). */
 #define ILP_FULL_OPS 300
 #define ILP_DEPTH 24
-#define ILP_MAX_DEPTH 160
+#define ILP_MAX_DEPTH 48
 
 /* Starts within the limit, kept for the final choice by simulation. */
 #define ILP_POOL 8
@@ -1387,6 +1388,39 @@ typedef struct Pool {
   Candidate c[ILP_POOL];
   int n;
 } Pool;
+
+/* Branch-and-bound nodes without --time-limit: a node re-solves an LP of
+ * the model's size, so large models get fewer. */
+static long node_limit(const MilpModel *m) {
+  double n = ILP_NODE_WORK / fmax(1, (double)m->nnz);
+  return n >= ILP_NODES ? ILP_NODES : n < 1 ? 1 : (long)n;
+}
+
+/* The solver's hook for its own solutions (milp.c's polish): the
+ * decisions read from x are improved by the descent and written back as
+ * the exact columns of the improved decisions. */
+typedef struct Polish {
+  const Ilp *md;
+  int64_t limit;
+  double *x; /* scratch, ncols */
+  long evals;
+  double seconds;
+  Candidate c;
+} Polish;
+
+static void polish_x(void *ctx, double *cols) {
+  Polish *p = ctx;
+  Decision *dec = util_xcalloc((size_t)p->md->g->ntensors + 1, sizeof(Decision));
+  if (!dec) return;
+  decisions_from_x(p->md, cols, dec);
+  p->c.ok = false;
+  consider(p->md, &p->c, dec, p->limit, p->x);
+  free(dec);
+  if (!p->c.ok) return;
+  improve(p->md, &p->c, p->limit, p->x, p->seconds, p->evals);
+  int64_t pk;
+  ilp_eval(p->md, p->c.dec, cols, &pk);
+}
 
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
                     double deadline, Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
@@ -1413,10 +1447,16 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   for (int i = 0; i < nst; i++) {
     consider(&md, best, st[i], limit, x);
     if (!pool || pool->n == ILP_POOL) continue;
+    /* Starts outside a depth-bounded model still go to the simulator. */
     Candidate *pc = &pool->c[pool->n];
-    pc->ok = false;
-    consider(&md, pc, st[i], o->budget_bytes, x);
-    if (pc->ok) pool->n++;
+    int64_t pk;
+    bool modelled = ilp_eval(&md, st[i], x, &pk) == 0;
+    if (modelled && pk > o->budget_bytes) continue;
+    memcpy(pc->dec, st[i], (size_t)g->ntensors * sizeof(Decision));
+    pc->peak = modelled ? pk : -1;
+    pc->objective = modelled ? objective_of(&md, x) : NAN;
+    pc->ok = true;
+    pool->n++;
   }
   double budget_s = deadline - seconds_now();
   /* A descent from the best start: the starting solution. */
@@ -1429,8 +1469,12 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     int64_t pk;
     if (md.m.start) ilp_eval(&md, best->dec, md.m.start, &pk);
   }
+  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX,
+                .seconds = budget_s / 4, .c = {.dec = tmp}};
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
-                    .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = counted ? ILP_NODES : 0};
+                    .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = counted ? node_limit(&md.m) : 0,
+                    .neighbourhood_nodes = counted ? ILP_NODES : 0,
+                    .polish = polish_x, .polish_ctx = &pol};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
   snprintf(si->name, sizeof si->name, "%s", mo.solver);
@@ -1445,6 +1489,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     decisions_from_x(&md, r.lp_x, tmp);
     consider(&md, best, tmp, limit, x);
   }
+  improve(&md, best, limit, x, budget_s / 4, pol.evals);
   snprintf(si->status, sizeof si->status, "%s",
            r.status == MILP_OPTIMAL ? "optimal" : r.status == MILP_TIME_LIMIT || r.status == MILP_NO_SOLUTION ? "time_limit" : "feasible");
   si->seconds = r.seconds;
@@ -1621,7 +1666,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
       double step = p->predicted.step_seconds;
       plan_free(p);
-      if (peak != k->peak) {
+      if (k->peak >= 0 && peak != k->peak) {
         err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
                 k->peak, peak);
         goto out;
@@ -1634,7 +1679,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       if (pick != &c) {
         /* A start the simulator preferred: not the solver's optimum. */
         if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
-        si->objective = pick->objective;
+        si->objective = isnan(pick->objective) ? model_objective(g, d, pick->dec) : pick->objective;
         si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
       }
       break;

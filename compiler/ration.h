@@ -409,6 +409,11 @@ typedef struct MilpOptions {
   bool quiet;         /* no progress lines on stderr */
   bool lp_only;       /* solve the LP relaxation only */
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
+  long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
+  /* Improves a solution (all ncols values) in place before branch and
+   * bound starts from it: the caller's exact evaluation, e.g. a descent. */
+  void (*polish)(void *ctx, double *x);
+  void *polish_ctx;
 } MilpOptions;
 
 typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MILP_NO_SOLUTION } MilpStatus;
