@@ -706,6 +706,7 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
      * then takes the caller's core as the issue of a copy does. */
     if (st->event >= 0 && st->stream == RT_STREAM_COMPUTE) q0 = now_seconds();
     if (st->event >= 0 && (rc = be->record(s->ctx, st->stream, st->event, err, el)) != RT_OK) return rc;
+    if (st->stream != RT_STREAM_COMPUTE && be->flush) be->flush(s->ctx, st->stream);
     if (st->stream != RT_STREAM_COMPUTE || st->event >= 0) tm->issue += now_seconds() - q0;
   }
   return RT_OK;

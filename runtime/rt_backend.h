@@ -39,6 +39,10 @@ typedef struct rt_Backend {
   /* Bytes copied on STREAM and the seconds the copies took, since open
    * (NULL: not measured). Call with the streams idle. */
   void (*copy_totals)(void *ctx, int stream, double *bytes, double *seconds);
+  /* Lets the jobs issued on STREAM so far start; sync flushes too. The
+   * executor calls it once per copy-stream step (NULL: jobs start when
+   * issued). */
+  void (*flush)(void *ctx, int stream);
 } rt_Backend;
 
 /* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND and

@@ -68,11 +68,16 @@ static void copy_delay(unsigned *seed, unsigned fixed_us) {
   nanosleep(&ts, NULL);
 }
 
-/* Wakes whoever sleeps until an event completes. Called with mu held. */
+/* Wakes whoever sleeps until an event completes. Called with mu held. A
+ * sleeper is marked awake by its waker, so that a second call before it
+ * runs does not signal (a syscall) again. */
 static void event_done(Cpu *c) {
   if (c->host_waiting) pthread_cond_signal(&c->cv_host);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
-    if (c->streams[s].blocked) pthread_cond_signal(&c->streams[s].cv);
+    if (c->streams[s].blocked) {
+      c->streams[s].blocked = false;
+      pthread_cond_signal(&c->streams[s].cv);
+    }
 }
 
 static void *stream_main(void *arg) {
@@ -130,17 +135,35 @@ static void host_wait(Cpu *c) {
   c->host_waiting--;
 }
 
+/* Queues a job without waking the stream's thread: cpu_flush does, once for
+ * all the jobs of a step (its waits, the copy, its record), as a wake-up is
+ * a syscall on the caller's thread, and on two cores often a context switch
+ * taken from compute. */
 static void enqueue(Cpu *c, int stream, Job j) {
   Stream *st = &c->streams[stream];
   pthread_mutex_lock(&c->mu);
-  while (st->count == RING) host_wait(c);
+  while (st->count == RING) {
+    if (st->idle) {
+      st->idle = false;
+      pthread_cond_signal(&st->cv);
+    }
+    host_wait(c);
+  }
   st->ring[(st->head + st->count) % RING] = j;
   st->count++;
-  /* Only an idle stream thread sleeps waiting for work: a busy one finds
-   * this job when it loops, without a wake-up (a syscall) per job. The
-   * signal comes after the unlock, so the woken thread does not find the
-   * mutex still held and sleep again on it. */
-  bool wake = st->idle;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Wakes STREAM's thread when it sleeps with jobs queued. The signal comes
+ * after the unlock, so the woken thread does not find the mutex still held
+ * and sleep again on it; the thread is marked awake here, so a second flush
+ * before it runs signals no second time. */
+static void cpu_flush(void *ctx, int stream) {
+  Cpu *c = ctx;
+  Stream *st = &c->streams[stream];
+  pthread_mutex_lock(&c->mu);
+  bool wake = st->idle && st->count > 0;
+  if (wake) st->idle = false;
   pthread_mutex_unlock(&c->mu);
   if (wake) pthread_cond_signal(&st->cv);
 }
@@ -245,7 +268,10 @@ static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen
   if (stream == RT_STREAM_COMPUTE) {
     c->done[event] = target;
     /* The calling thread is the only host waiter: only streams can sleep here. */
-    for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) wake[s] = c->streams[s].blocked;
+    for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) {
+      wake[s] = c->streams[s].blocked;
+      c->streams[s].blocked = false;
+    }
   }
   pthread_mutex_unlock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
@@ -271,6 +297,7 @@ static int cpu_sync(void *ctx, char *err, size_t errlen) {
   Cpu *c = ctx;
   (void)err;
   (void)errlen;
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) cpu_flush(c, s);
   pthread_mutex_lock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
     while (c->streams[s].count > 0 || c->streams[s].busy) host_wait(c);
@@ -310,4 +337,5 @@ const rt_Backend rt_backend_cpu = {
     .upload = cpu_transfer,
     .download = cpu_transfer,
     .copy_totals = cpu_copy_totals,
+    .flush = cpu_flush,
 };

@@ -206,6 +206,7 @@ const rt_Backend cuda_backend = {
     "cuda",    true,        cuda_open, cuda_close, cuda_find_kernel, cuda_kernel_ctx, cuda_launch,
     cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
     NULL, /* copy rates: not measured on the GPU yet */
+    NULL, /* flush: a CUDA stream starts what it is given */
 };
 
 } // namespace
