@@ -39,7 +39,8 @@ row() {
   "$tmp/train-prof" --steps "$STEPS" --sample 0 --profile "$tmp/prof.costs.json" >/dev/null
   if ! $R plan $g --device $DEV --costs "$tmp/prof.costs.json" --strategy "$2" --budget "$4" --time-limit 20 \
        -o "$tmp/$1" >/dev/null 2>"$tmp/err"; then
-    echo "| $1 | $2 | $3 | $4 | infeasible | | | | | | $(cut -d' ' -f1 /proc/loadavg) |"; return
+    echo "| $1 | $2 | $3 | $4 | no plan: $(sed -n '1s/^[^:]*: //p' "$tmp/err" | cut -c1-110) | | | | | | $(cut -d' ' -f1 /proc/loadavg) |"
+    return
   fi
   build "$tmp/$1" "$tmp/train"
   line=$("$tmp/train" --steps "$STEPS" --sample 0 --profile "$tmp/run.costs.json" | grep '^step time')
