@@ -265,9 +265,14 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   smcp.msg_lev = GLP_MSG_OFF;
   smcp.presolve = GLP_ON;
   if (o->time_limit > 0) smcp.tm_lim = (int)fmin(o->time_limit * 1000, 2e9);
+  if (o->lp_iterations > 0) smcp.it_lim = (int)fmin((double)o->lp_iterations, 2e9);
   int rc = glp_simplex(P, &smcp);
   if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
     r->status = MILP_INFEASIBLE;
+    goto done;
+  }
+  if (rc == GLP_EITLIM || rc == GLP_ETMLIM) {
+    r->status = MILP_NO_SOLUTION;
     goto done;
   }
   if (rc != 0 || glp_get_status(P) != GLP_OPT) {

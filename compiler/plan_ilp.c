@@ -30,6 +30,7 @@
 #define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
 #define ILP_NODES 200        /* branch-and-bound nodes without --time-limit, at most */
 #define ILP_NODE_WORK 1e6    /* ... and at most this many matrix nonzeros times nodes */
+#define ILP_LP_WORK 6e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 
@@ -1422,10 +1423,15 @@ static void polish_x(void *ctx, double *cols) {
   ilp_eval(p->md, p->c.dec, cols, &pk);
 }
 
+/* 0: solved (best->ok when something fits); 1: no start fits the limit,
+ * so there is nothing to start from (the caller has the memory-minimizing
+ * plan to offer as extra); -1: error. */
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
-                    double deadline, Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
-  Decision *st[sizeof baselines / sizeof baselines[0] + 1];
+                    const Decision *extra, double deadline, Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
+  Decision *st[sizeof baselines / sizeof baselines[0] + 2];
   int nst = starts(g, d, o, limit, st);
+  if (extra && (st[nst] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))))
+    memcpy(st[nst++], extra, (size_t)g->ntensors * sizeof(Decision));
   int depth = g->nops <= ILP_FULL_OPS ? 0 : depth_needed(g, st, nst);
   if (g->nops > ILP_FULL_OPS && depth < ILP_DEPTH) depth = ILP_DEPTH;
   if (depth > ILP_MAX_DEPTH) depth = ILP_MAX_DEPTH;
@@ -1458,6 +1464,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     pc->ok = true;
     pool->n++;
   }
+  if (!best->ok && !min_memory) {
+    rc = 1;
+    goto out;
+  }
   double budget_s = deadline - seconds_now();
   /* A descent from the best start: the starting solution. */
   /* Without --time-limit the work is counted, not timed, so the same
@@ -1474,6 +1484,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = counted ? node_limit(&md.m) : 0,
                     .neighbourhood_nodes = counted ? ILP_NODES : 0,
+                    .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
                     .polish = polish_x, .polish_ctx = &pol};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
@@ -1490,9 +1501,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     consider(&md, best, tmp, limit, x);
   }
   improve(&md, best, limit, x, budget_s / 4, pol.evals);
-  snprintf(si->status, sizeof si->status, "%s",
-           r.status == MILP_OPTIMAL ? "optimal" : r.status == MILP_TIME_LIMIT || r.status == MILP_NO_SOLUTION ? "time_limit" : "feasible");
+  bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
+  snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
+  si->bound = r.status == MILP_INFEASIBLE || isnan(r.lp_x[md.m.ncols]) ? 0 : r.bound;
   if (best->ok) {
     si->objective = best->objective;
     si->bound = r.status == MILP_INFEASIBLE ? best->objective : fmin(r.bound, best->objective);
@@ -1515,7 +1527,7 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   *arena = -1;
-  if (solve_at(g, d, o, INT64_MAX / 4, true, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
+  if (solve_at(g, d, o, INT64_MAX / 4, true, NULL, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
   *arena = p->arena_bytes;
@@ -1624,9 +1636,10 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Pool pool;
   memset(&pool, 0, sizeof pool);
-  bool oom = !c.dec || !best;
+  bool oom = !c.dec || !best || !mm;
   for (int i = 0; i < ILP_POOL; i++) oom |= !(pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)));
   int rc = -1;
   if (oom) {
@@ -1651,14 +1664,35 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     goto out;
   }
   best_s = HUGE_VAL;
-  const Candidate *pick = NULL;
-  /* Fragmentation: an arena over the budget tightens the rows and re-solves. */
-  for (int round = 0; round < 6 && !pick; round++) {
+  /* Fragmentation: an arena over the budget tightens the rows and
+   * re-solves, while the solver's answer would beat the best that fits. */
+  double bound = 0; /* the first round's: later rounds' tightened rows do not bound this budget's problem */
+  double seconds = 0;
+  bool picked = false;
+  /* When no start fits, the memory-minimizing plan is the start (and,
+   * should the solve find nothing better, the answer). */
+  int64_t mm_arena = -1;
+  int have_mm = 0; /* 1: mm holds it, -1: the solve found none */
+  for (int round = 0; round < 6; round++) {
+    SolverInfo rsi = *si;
     pool.n = 0;
-    if (solve_at(g, d, o, limit, false, deadline, &c, &pool, si, e)) goto out;
+    int s = solve_at(g, d, o, limit, false, have_mm > 0 ? mm : NULL, deadline, &c, &pool, &rsi, e);
+    if (s < 0) goto out;
+    if (s > 0) {
+      Err e2;
+      if (have_mm) break;
+      have_mm = min_memory_plan(g, d, o, mm, &mm_arena, &e2) ? -1 : 1;
+      if (have_mm < 0) break;
+      round--;
+      continue;
+    }
+    seconds += rsi.seconds;
+    if (round == 0) bound = rsi.bound;
     /* The objective estimates stalls; the simulator has the last word
      * among the solution and the starts (so no baseline is ever better). */
+    const Candidate *pick = NULL;
     int64_t c_arena = -1;
+    double c_step = HUGE_VAL;
     for (int i = c.ok ? -1 : 0; i < pool.n; i++) {
       const Candidate *k = i < 0 ? &c : &pool.c[i];
       Plan *p = plan_from_decisions(g, d, k->dec, e);
@@ -1671,32 +1705,40 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
                 k->peak, peak);
         goto out;
       }
-      if (i < 0) c_arena = arena;
+      if (i < 0) c_arena = arena, c_step = step;
       if (arena <= o->budget_bytes && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
     }
+    if (pick || !picked) *si = rsi;
     if (pick) {
+      picked = true;
       memcpy(best, pick->dec, (size_t)g->ntensors * sizeof(Decision));
       if (pick != &c) {
         /* A start the simulator preferred: not the solver's optimum. */
         if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
         si->objective = isnan(pick->objective) ? model_objective(g, d, pick->dec) : pick->objective;
-        si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
       }
-      break;
     }
-    if (!c.ok) break;
-    limit -= c_arena - o->budget_bytes;
+    /* Tighter rows only raise the model's objective: stop once the
+     * solver's answer fits or simulates no faster than what does. */
+    if (!c.ok || c_arena <= o->budget_bytes || c_step >= best_s) break;
+    /* By the excess, doubled each round: fragmentation is not linear in
+     * the limit, and the same few bytes again often change nothing. */
+    limit -= (c_arena - o->budget_bytes) << round;
     c.ok = false;
   }
-  if (!pick) {
+  si->seconds = seconds;
+  if (!picked) {
     /* The memory-minimizing solve fits whenever anything in the model does. */
     int64_t m = -1;
     Err e2;
-    if (min_memory_plan(g, d, o, best, &m, &e2) == 0 && m > o->budget_bytes) m = shrink_arena(g, d, o->budget_bytes, best, m, deadline);
+    if (!have_mm) have_mm = min_memory_plan(g, d, o, mm, &mm_arena, &e2) ? -1 : 1;
+    if (have_mm > 0) {
+      memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
+      m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
+    }
     if (m >= 0 && m <= o->budget_bytes && try_plan(g, d, o->budget_bytes, best, &best_s)) {
       snprintf(si->status, sizeof si->status, "feasible");
       si->objective = model_objective(g, d, best);
-      si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
     } else {
       char b1[32], b2[32];
       if (m < 0)
@@ -1713,13 +1755,16 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   if (polish(g, d, o->budget_bytes, best, &best_s, deadline)) {
     if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
     si->objective = model_objective(g, d, best);
-    si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
   }
+  si->bound = fmin(bound, si->objective);
+  si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+  if (si->gap < 1e-12) si->gap = 0;
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
   rc = 0;
 out:
   free(c.dec);
   free(best);
+  free(mm);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;
 }

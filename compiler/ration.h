@@ -410,6 +410,7 @@ typedef struct MilpOptions {
   bool lp_only;       /* solve the LP relaxation only */
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
+  long lp_iterations;       /* simplex iterations for the relaxation, 0: none */
   /* Improves a solution (all ncols values) in place before branch and
    * bound starts from it: the caller's exact evaluation, e.g. a descent. */
   void (*polish)(void *ctx, double *x);
