@@ -133,6 +133,8 @@ typedef struct Ilp {
   int nfifo[2], *fifo[2];    /* offloadable tensors in each stream's queue order */
   Fifo *frow;                /* queue rows (build_stalls) */
   int nfrow, cap_frow, *frow_first, *frow_by_b;
+  Decision *const *excluded; /* decision vectors the model must not return (no-good rows) */
+  int nexcluded;
   Run run; /* scratch of the memory terms */
   Sig sig;
   bool failed;
@@ -1269,9 +1271,40 @@ typedef struct Candidate {
 
 /* Keeps the better of cand and a new decision vector (by model objective
  * among those within the memory limit). */
+static bool is_excluded(const Ilp *md, const Decision *dec) {
+  const Graph *g = md->g;
+  for (int k = 0; k < md->nexcluded; k++) {
+    int i = 0;
+    while (i < g->nstashed && (md->colK[g->stashed[i]] < 0 || md->excluded[k][g->stashed[i]] == dec[g->stashed[i]])) i++;
+    if (i == g->nstashed) return true;
+  }
+  return false;
+}
+
+/* Every excluded vector: sum over decided tensors of its decision's column
+ * <= their count - 1 (at least one differs). */
+static void add_exclusions(Ilp *md) {
+  const Graph *g = md->g;
+  int *cols = util_xcalloc((size_t)g->nstashed + 1, sizeof(int));
+  double *vals = util_xcalloc((size_t)g->nstashed + 1, sizeof(double));
+  for (int k = 0; cols && vals && k < md->nexcluded; k++) {
+    int n = 0;
+    for (int i = 0; i < g->nstashed; i++) {
+      int t = g->stashed[i];
+      if (md->colK[t] < 0) continue;
+      Decision dv = md->excluded[k][t];
+      cols[n] = dv == DEC_KEEP ? md->colK[t] : dv == DEC_RECOMPUTE ? md->colR[t] : md->colO[t];
+      vals[n++] = 1;
+    }
+    if (milp_add_row(&md->m, -HUGE_VAL, n - 1, n, cols, vals) < 0) md->failed = true;
+  }
+  if (!cols || !vals) md->failed = true;
+  free(cols), free(vals);
+}
+
 static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x) {
   int64_t peak;
-  if (ilp_eval(md, dec, x, &peak) || peak > limit) return;
+  if (is_excluded(md, dec) || ilp_eval(md, dec, x, &peak) || peak > limit) return;
   double obj = objective_of(md, x);
   if (best->ok && obj >= best->objective - 1e-9) return;
   memcpy(best->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
@@ -1427,7 +1460,8 @@ static void polish_x(void *ctx, double *cols) {
  * so there is nothing to start from (the caller has the memory-minimizing
  * plan to offer as extra); -1: error. */
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
-                    const Decision *extra, double deadline, Candidate *best, Pool *pool, SolverInfo *si, Err *e) {
+                    const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
+                    Pool *pool, SolverInfo *si, Err *e) {
   Decision *st[sizeof baselines / sizeof baselines[0] + 2];
   int nst = starts(g, d, o, limit, st);
   if (extra && (st[nst] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))))
@@ -1443,6 +1477,9 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
   }
+  md.excluded = excluded;
+  md.nexcluded = nexcluded;
+  add_exclusions(&md);
   x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   if (!x || !tmp) {
@@ -1527,7 +1564,7 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   *arena = -1;
-  if (solve_at(g, d, o, INT64_MAX / 4, true, NULL, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
+  if (solve_at(g, d, o, INT64_MAX / 4, true, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
   *arena = p->arena_bytes;
@@ -1563,6 +1600,8 @@ static double model_objective(const Graph *g, const Device *d, const Decision *d
  * the simulator itself: the model's stall estimate is not the simulator's
  * (docs/PLANNING.md), and on small graphs the simulator is cheap. */
 #define ILP_POLISH_MAX 64
+#define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
+#define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
 #define ILP_PAIRS_MAX 16
 
 static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
@@ -1637,6 +1676,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *excluded[ILP_EXCLUDE_MAX];
+  int nexcluded = 0;
   Pool pool;
   memset(&pool, 0, sizeof pool);
   bool oom = !c.dec || !best || !mm;
@@ -1673,10 +1714,10 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * should the solve find nothing better, the answer). */
   int64_t mm_arena = -1;
   int have_mm = 0; /* 1: mm holds it, -1: the solve found none */
-  for (int round = 0; round < 6; round++) {
+  for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
     SolverInfo rsi = *si;
     pool.n = 0;
-    int s = solve_at(g, d, o, limit, false, have_mm > 0 ? mm : NULL, deadline, &c, &pool, &rsi, e);
+    int s = solve_at(g, d, o, limit, false, have_mm > 0 ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
     if (s < 0) goto out;
     if (s > 0) {
       Err e2;
@@ -1721,9 +1762,18 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     /* Tighter rows only raise the model's objective: stop once the
      * solver's answer fits or simulates no faster than what does. */
     if (!c.ok || c_arena <= o->budget_bytes || c_step >= best_s) break;
-    /* By the excess, doubled each round: fragmentation is not linear in
-     * the limit, and the same few bytes again often change nothing. */
-    limit -= (c_arena - o->budget_bytes) << round;
+    /* Small graphs: exclude that answer and ask for the next best (their
+     * layouts can be far over the peak, and for another plan at the same
+     * peak not at all). Otherwise by the excess, doubled each round:
+     * fragmentation is not linear in the limit, and the same few bytes
+     * again often change nothing. */
+    if (g->nstashed <= ILP_POLISH_MAX && nexcluded < ILP_EXCLUDE_MAX &&
+        (excluded[nexcluded] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)))) {
+      memcpy(excluded[nexcluded++], c.dec, (size_t)g->ntensors * sizeof(Decision));
+    } else {
+      if (round >= ILP_ROUNDS) break;
+      limit -= (c_arena - o->budget_bytes) << (round < 20 ? round : 20);
+    }
     c.ok = false;
   }
   si->seconds = seconds;
@@ -1765,6 +1815,7 @@ out:
   free(c.dec);
   free(best);
   free(mm);
+  for (int i = 0; i < nexcluded; i++) free(excluded[i]);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;
 }
