@@ -282,6 +282,22 @@ Plan *plan_parse(const char *path, const char *text, size_t len, const Graph *g,
  * arena_bytes and host_bytes. */
 int layout_assign(Plan *p, const Graph *g, Err *e);
 
+/* One arena's problem: each item occupies its bytes over steps
+ * [first, last] (0 <= first <= last). */
+typedef struct LayoutItem {
+  int64_t bytes;
+  int first, last;
+} LayoutItem;
+/* Offsets (multiples of align) such that items whose steps overlap never
+ * share a byte, and *arena = max(offset + bytes) as small as the search
+ * finds (never above its first candidate, largest first with best fit).
+ * Deterministic. 0, -1 out of memory, -2 the arena could pass 2^62 bytes. */
+int layout_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena);
+/* No layout's arena is below this: at each step, the live items' aligned
+ * sizes less the largest padding among them (the highest needs none);
+ * -1 out of memory. */
+int64_t layout_lower_bound(const LayoutItem *items, int n, int64_t align);
+
 /* ----------------------------------------------------------------- sim */
 
 typedef struct SimResult {
