@@ -1676,11 +1676,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *mm_scratch = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *excluded[ILP_EXCLUDE_MAX];
   int nexcluded = 0;
   Pool pool;
   memset(&pool, 0, sizeof pool);
-  bool oom = !c.dec || !best || !mm;
+  bool oom = !c.dec || !best || !mm || !mm_scratch;
   for (int i = 0; i < ILP_POOL; i++) oom |= !(pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)));
   int rc = -1;
   if (oom) {
@@ -1750,6 +1751,19 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       if (arena <= o->budget_bytes && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
     }
     if (pick || !picked) *si = rsi;
+    /* Small graphs: the answer's own neighbours with a smaller arena. */
+    if (!pick && c.ok && c_arena > o->budget_bytes && g->nstashed <= ILP_POLISH_MAX) {
+      memcpy(mm_scratch, c.dec, (size_t)g->ntensors * sizeof(Decision));
+      double step;
+      if (shrink_arena(g, d, o->budget_bytes, mm_scratch, c_arena, deadline) <= o->budget_bytes &&
+          try_plan(g, d, o->budget_bytes, mm_scratch, &step) && step < best_s * (1 - 1e-12)) {
+        memcpy(best, mm_scratch, (size_t)g->ntensors * sizeof(Decision));
+        best_s = step, picked = true;
+        *si = rsi;
+        if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
+        si->objective = model_objective(g, d, best);
+      }
+    }
     if (pick) {
       picked = true;
       memcpy(best, pick->dec, (size_t)g->ntensors * sizeof(Decision));
@@ -1815,6 +1829,7 @@ out:
   free(c.dec);
   free(best);
   free(mm);
+  free(mm_scratch);
   for (int i = 0; i < nexcluded; i++) free(excluded[i]);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;

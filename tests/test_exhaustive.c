@@ -123,11 +123,16 @@ static bool enumerate(const Graph *g, const Device *d, Outcome *out, long nplans
 static const char *strategies[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack", "ilp"};
 #define NSTRAT (sizeof strategies / sizeof strategies[0])
 
-static int ilp_checks, ilp_missing, exact_solves, exact_below;
+static int ilp_checks, ilp_missing, exact_solves, exact_below, layout_bound;
 
 /* One strategy at one budget against the exhaustive optimum (best < 0:
- * nothing in the family fits). */
-static void check_strategy(const Graph *g, const Device *d, const char *name, int64_t budget, double best) {
+ * nothing in the family fits). best_peak is the optimum over the plans
+ * whose peak fits, the ilp's model: where it equals best, the layout costs
+ * nothing at this budget and the ilp must be exact; where it is lower,
+ * only the layout (a heuristic) separates the two, and the ilp must still
+ * return a plan that fits. */
+static void check_strategy(const Graph *g, const Device *d, const char *name, int64_t budget, double best,
+                           double best_peak) {
   const PlanStrategy *s = plan_find_strategy(name);
   if (!s) {
     ilp_missing += !strcmp(name, "ilp");
@@ -145,9 +150,14 @@ static void check_strategy(const Graph *g, const Device *d, const char *name, in
              (long long)p->arena_bytes, (long long)budget);
     T_CHECKF(best >= 0 && p->predicted.step_seconds >= best * (1 - 1e-9), "%s on %s at %lld: %.9g beats the optimum %.9g",
              name, g->name, (long long)budget, p->predicted.step_seconds, best);
-    if (is_ilp)
+    if (is_ilp && best_peak >= best * (1 - 1e-12))
       T_CHECKF(p->predicted.step_seconds <= best * (1 + 1e-9), "ilp on %s at %lld: %.9g, exhaustive optimum %.9g",
                g->name, (long long)budget, p->predicted.step_seconds, best);
+    if (is_ilp && best_peak < best * (1 - 1e-12) && p->predicted.step_seconds > best * (1 + 1e-9)) {
+      layout_bound++;
+      printf("  layout-bound: ilp on %s at %lld: %.9g, exhaustive optimum %.9g (%.9g by peak)\n", g->name,
+             (long long)budget, p->predicted.step_seconds, best, best_peak);
+    }
     plan_free(p);
     return;
   }
@@ -222,7 +232,10 @@ static void check_plans(const Graph *g, const Device *d) {
     for (long c = 0; c < nplans; c++)
       if (out[c].arena <= budgets[k] && (best < 0 || out[c].step < best)) best = out[c].step;
     T_CHECK((best >= 0) == (budgets[k] >= min_arena));
-    for (size_t s = 0; s < NSTRAT; s++) check_strategy(g, d, strategies[s], budgets[k], best);
+    double best_peak = -1;
+    for (long c = 0; c < nplans; c++)
+      if (out[c].peak <= budgets[k] && (best_peak < 0 || out[c].step < best_peak)) best_peak = out[c].step;
+    for (size_t s = 0; s < NSTRAT; s++) check_strategy(g, d, strategies[s], budgets[k], best, best_peak);
     double best_remat = -1;
     for (long c = 0; c < nplans; c++)
       if (!out[c].offloads && out[c].peak <= budgets[k] && (best_remat < 0 || out[c].step < best_remat))
@@ -333,6 +346,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_graph(d, cases[i].seed, cases[i].nf, cases[i].dag);
   T_CASE("llama, 1 layer: ilp against every keep/recompute plan") check_model_remat(d, "llama");
   printf("exact: %d solves, below the family's keep/recompute optimum in %d\n", exact_solves, exact_below);
+  printf("ilp: %d checks, %d behind the optimum only where the layout (not the peak) decides what fits\n", ilp_checks,
+         layout_bound);
   if (ilp_missing) printf("note: strategy ilp not built in: %d optimality checks not run\n", ilp_missing);
   device_free(d);
   T_DONE();
