@@ -1462,10 +1462,12 @@ static void polish_x(void *ctx, double *cols) {
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
                     Pool *pool, SolverInfo *si, Err *e) {
-  Decision *st[sizeof baselines / sizeof baselines[0] + 2];
+  Decision *st[sizeof baselines / sizeof baselines[0] + 3];
   int nst = starts(g, d, o, limit, st);
-  if (extra && (st[nst] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))))
-    memcpy(st[nst++], extra, (size_t)g->ntensors * sizeof(Decision));
+  const Decision *more[2] = {extra, o->hint};
+  for (int i = 0; i < 2; i++)
+    if (more[i] && (st[nst] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))))
+      memcpy(st[nst++], more[i], (size_t)g->ntensors * sizeof(Decision));
   int depth = g->nops <= ILP_FULL_OPS ? 0 : depth_needed(g, st, nst);
   if (g->nops > ILP_FULL_OPS && depth < ILP_DEPTH) depth = ILP_DEPTH;
   if (depth > ILP_MAX_DEPTH) depth = ILP_MAX_DEPTH;

@@ -329,6 +329,9 @@ typedef struct PlanOptions {
   int64_t budget_bytes;
   double time_limit;    /* seconds; <= 0 means the strategy's default */
   bool quiet;           /* no progress lines on stderr */
+  /* Decisions to start from, e.g. the same strategy's plan at a smaller
+   * budget (which then bounds the answer: it fits here too), or NULL. */
+  const Decision *hint;
 } PlanOptions;
 
 /* A strategy fills dec[] (one entry per graph tensor; only stashed tensors

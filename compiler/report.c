@@ -145,6 +145,14 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
   int mid = (np - 1) / 2;
   Plan **at_mid = util_xcalloc((size_t)ns, sizeof *at_mid);
   if (!at_mid) return oom(r, g, e);
+  /* Each strategy's last plan starts the next, larger budget's solve, so
+   * more memory never buys a slower ilp plan. */
+  Decision **last = util_xcalloc((size_t)ns, sizeof *last);
+  int64_t *last_budget = util_xcalloc((size_t)ns, sizeof *last_budget);
+  if (!last || !last_budget) {
+    free(last), free(last_budget), free(at_mid);
+    return oom(r, g, e);
+  }
   double t0 = now_seconds();
   bool shown = false;
   for (int i = 0; i < np; i++)
@@ -160,6 +168,7 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
       PlanOptions po = base;
       po.strategy = r->strategies[j];
       po.budget_bytes = r->budgets[i];
+      po.hint = last[j] && last_budget[j] <= po.budget_bytes ? last[j] : NULL;
       Err pe;
       double start = now_seconds();
       Plan *p = plan_make(g, d, &po, &pe);
@@ -167,6 +176,11 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
       if (!p) {
         set_note(c, g, pe.msg);
         continue;
+      }
+      if (!last[j]) last[j] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+      if (last[j]) {
+        memcpy(last[j], p->decisions, (size_t)g->ntensors * sizeof(Decision));
+        last_budget[j] = po.budget_bytes;
       }
       c->feasible = true;
       c->predicted = p->predicted;
@@ -177,6 +191,8 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
       else plan_free(p);
     }
   if (shown) fprintf(stderr, "\rreport: %d points x %d strategies in %.1f s%40s\n", np, ns, now_seconds() - t0, "");
+  for (int j = 0; j < ns; j++) free(last[j]);
+  free(last), free(last_budget);
 
   /* The timeline: the middle point, else the nearest point with a plan. */
   r->timeline_point = -1;
