@@ -122,6 +122,19 @@ static void check_sweep(const Graph *g, const Device *d, const char **names, int
     T_CHECK(met);
     T_CHECK(r.cells[5 * r.nstrategies].feasible); /* keep-all at k */
   }
+  for (int j = 0; j < r.nstrategies; j++) {
+    if (strcmp(r.strategies[j], "ilp")) continue;
+    T_CASE("ilp: a larger budget never gives a slower plan (each point starts from the last)") {
+      double last = HUGE_VAL;
+      for (int i = 0; i < 6; i++) {
+        const ReportCell *c = &r.cells[i * r.nstrategies + j];
+        if (!c->feasible) continue;
+        T_CHECKF(c->predicted.step_seconds <= last * (1 + 1e-12), "point %d: %.9g after %.9g", i,
+                 c->predicted.step_seconds, last);
+        last = c->predicted.step_seconds;
+      }
+    }
+  }
 
   Buf csv = {0};
   T_CASE("every CSV number is what re-planning and re-simulating gives") {
