@@ -216,21 +216,27 @@ static void glpk_set_time_limit(glp_iocp *iocp, const MilpOptions *o, double t0)
 }
 
 /* The LP's neighbourhood (relaxation-induced): the integer columns the LP
- * left integral are fixed there and a small MILP decides the rest. On the
+ * left integral (and, given an incumbent, where the incumbent agrees: so
+ * the incumbent itself is in it) are fixed there and a small MILP decides
+ * the rest. On the
  * planner's models the LP leaves a few dozen of hundreds of decisions
  * fractional, and this finds in a fraction of a second what branch and
  * bound from the LP's basis does not find in minutes. Its work is counted
  * in nodes like the main tree's. */
-static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOptions *o, double t0, double *x) {
+static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOptions *o, const double *incumbent, double t0,
+                               double *x) {
   glp_prob *S = glp_create_prob();
   glp_copy_prob(S, P, GLP_OFF);
   int free_ints = 0;
   for (int c = 0; c < m->ncols; c++) {
     if (!m->col_int[c]) continue;
     double v = glp_get_col_prim(P, c + 1);
-    if (fabs(v - round(v)) <= 1e-9) glp_set_col_bnds(S, c + 1, GLP_FX, round(v), round(v));
+    if (fabs(v - round(v)) <= 1e-9 && (!incumbent || fabs(incumbent[c] - round(v)) <= 1e-9))
+      glp_set_col_bnds(S, c + 1, GLP_FX, round(v), round(v));
     else free_ints++;
   }
+  /* No heuristic start for it: with the presolver on, its tree works on
+   * other columns. The incumbent is in the neighbourhood anyway. */
   GlpkCb cb = {.m = m, .o = o, .node_limit = o->neighbourhood_nodes, .t0 = t0};
   glp_iocp iocp;
   glp_init_iocp(&iocp);
@@ -295,19 +301,30 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   }
   /* The better of the caller's start and the LP's neighbourhood,
    * polished by the caller. */
-  double *sub = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
-  if (!sub) {
+  double *sub = util_xcalloc((size_t)m->ncols + 1, sizeof(double)), *nb = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  if (!sub || !nb) {
+    free(sub), free(nb);
     glp_delete_prob(P);
     return err_set(e, "milp: out of memory");
   }
   const double *start = m->start;
   double start_obj = m->start ? obj_of(m, m->start) : HUGE_VAL;
-  if (rel_gap(start_obj, r->bound) > o->mip_gap && glpk_neighbourhood(P, m, o, t0, sub) && obj_of(m, sub) < start_obj)
-    start = sub, start_obj = obj_of(m, sub);
-  if (start && o->polish && rel_gap(start_obj, r->bound) > o->mip_gap) {
-    if (start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
-    o->polish(o->polish_ctx, sub);
-    if (obj_of(m, sub) < start_obj) start = sub, start_obj = obj_of(m, sub);
+  /* Twice: around the LP alone, then around the LP and the polished
+   * incumbent, which finds what the first misses when the LP's fixings
+   * leave only poor solutions (unet at f = 0.3: 36,933 -> 33,224 us). */
+  for (int pass = 0; pass < 2 && rel_gap(start_obj, r->bound) > o->mip_gap; pass++) {
+    if (pass == 1 && !start) break;
+    if (pass == 1 && start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
+    if (glpk_neighbourhood(P, m, o, pass ? sub : NULL, t0, nb) && obj_of(m, nb) < start_obj &&
+        milp_violation(m, nb) <= 1e-6) {
+      memcpy(sub, nb, (size_t)m->ncols * sizeof(double));
+      start = sub, start_obj = obj_of(m, sub);
+    }
+    if (start && o->polish && rel_gap(start_obj, r->bound) > o->mip_gap) {
+      if (start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
+      o->polish(o->polish_ctx, sub);
+      if (obj_of(m, sub) < start_obj) start = sub, start_obj = obj_of(m, sub);
+    }
   }
   if (start && !o->quiet && now() - t0 > 1)
     fprintf(stderr, "ilp: incumbent %.6g bound %.6g gap %.3f%% %.1f s\n", start_obj, r->bound,
@@ -317,7 +334,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
     r->objective = start_obj;
     r->status = MILP_OPTIMAL;
-    free(sub);
+    free(sub), free(nb);
     goto done;
   }
   GlpkCb cb = {.m = m, .o = o, .start = start, .node_limit = o->node_limit, .t0 = t0, .bound = r->bound, .progress = true};
@@ -335,7 +352,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * heuristics never paid for themselves; the starting solution does. */
   glpk_set_time_limit(&iocp, o, t0);
   rc = glp_intopt(P, &iocp);
-  free(sub);
+  free(sub), free(nb);
   int st = glp_mip_status(P);
   if (st == GLP_OPT || st == GLP_FEAS) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
