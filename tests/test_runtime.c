@@ -166,7 +166,7 @@ done:
 }
 
 static Plan *try_plan(const Graph *g, const Device *d, const char *strategy, int64_t budget) {
-  PlanOptions po = {strategy, "glpk", budget, 5.0, true};
+  PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = budget, .time_limit = 5.0, .quiet = true};
   Err e = {{0}};
   return plan_make(g, d, &po, &e);
 }
@@ -175,7 +175,7 @@ static Plan *try_plan(const Graph *g, const Device *d, const char *strategy, int
  * names when it names one (the ilp does), else found by bisection to within
  * 2% of keep-all; -1 when it cannot even meet 130% of the keep-all peak. */
 static int64_t smallest_feasible(const Graph *g, const Device *d, const char *strategy, int64_t keep_peak) {
-  PlanOptions po = {strategy, "glpk", 1, 5.0, true};
+  PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = 1, .time_limit = 5.0, .quiet = true};
   Err e = {{0}};
   Plan *p = plan_make(g, d, &po, &e);
   const char *named = strstr(e.msg, "the smallest budget the planner can meet is ");
