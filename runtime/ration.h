@@ -153,9 +153,10 @@ int rt_init_params(rt_Session *s, uint64_t seed, double stddev);
 int rt_step(rt_Session *s);
 
 int rt_stats(const rt_Session *s, rt_Stats *st);
-/* Median measured seconds of graph op OP (its non-recompute step) over the
- * last 64 steps run, the first (cold) one left out when there are more; -1
- * when it never ran. */
+/* Measured seconds of graph op OP (its non-recompute step): of the last 64
+ * steps run, the first (cold) one left out when there are more, its mean
+ * over those whose step time lies between the quartiles (a spike that slows
+ * a few whole steps is left out); -1 when it never ran. */
 double rt_op_seconds(const rt_Session *s, int op);
 /* Writes a ration-costs/1 file: {"format":"ration-costs/1","ops":{NAME: time_us}},
  * plus, when the backend measured copies in the steps after the first,

@@ -21,8 +21,11 @@
 
 enum { ST_EMPTY, ST_PENDING, ST_VALID, ST_DEAD }; /* debug: a buffer's state within a step */
 /* Profiles keep the times of the last SAMPLES steps (the first, cold one
- * left out) and report their medians: a load spike in a few steps on a
- * shared machine moves a mean, not a median. */
+ * left out). An op's time is its mean over the central steps, those whose
+ * step time lies between the quartiles: a load spike that slows a few whole
+ * steps is left out, while the preemptions that every step meets on a
+ * loaded machine (a few ms here and there, in some op each time) stay in,
+ * so the ops add up to a typical step; per-op medians would drop those. */
 enum { SAMPLES = 64 };
 enum { CS_D2H, CS_H2D, CS_SHARE, CS_KINDS }; /* per-step copy figures */
 
@@ -54,6 +57,7 @@ struct rt_Session {
   int *persist;        /* per buffer: readable after the step (resident or a graph output) */
   int *op_step;        /* per op: its non-recompute step */
   double *op_samples; /* per op: SAMPLES kernel seconds of the steps after the first (ring) */
+  double step_samples[SAMPLES]; /* the same steps' wall-clock seconds */
   double *op_first;    /* per op: kernel seconds in the first step (cold caches) */
   double copy_samples[CS_KINDS][SAMPLES]; /* per step after the first: d2h and h2d GB/s, copy
                                              share (issue seconds / copy seconds); -1 no copies */
@@ -766,6 +770,7 @@ int rt_step(rt_Session *s) {
   s->stats.wait_seconds = tm.wait + (t2 - t1);
   s->stats.overhead_seconds = (c2 - c0) - s->kernel_cpu;
   record_copies(s, tm.issue, true);
+  if (s->nrun > 1) s->step_samples[(size_t)(s->nrun - 2) % SAMPLES] = t2 - t0;
   return RT_OK;
 }
 
@@ -801,9 +806,25 @@ static int sampled(const rt_Session *s) {
   return s->nrun - 1 < SAMPLES ? (int)s->nrun - 1 : SAMPLES;
 }
 
+/* The ring slots of the central steps (see SAMPLES); at least the median. */
+static int central_steps(const rt_Session *s, int *slot) {
+  int n = sampled(s), m = 0;
+  double x[SAMPLES];
+  memcpy(x, s->step_samples, (size_t)n * sizeof *x);
+  qsort(x, (size_t)n, sizeof *x, cmp_double);
+  double lo = x[(n - 1) / 4], hi = x[(3 * (n - 1) + 3) / 4];
+  for (int i = 0; i < n; i++)
+    if (s->step_samples[i] >= lo && s->step_samples[i] <= hi) slot[m++] = i;
+  return m;
+}
+
 double rt_op_seconds(const rt_Session *s, int op) {
   if (!s || op < 0 || op >= s->sc->nops || s->nrun == 0 || s->op_step[op] < 0) return -1;
-  return s->nrun == 1 ? s->op_first[op] : median(&s->op_samples[(size_t)op * SAMPLES], sampled(s));
+  if (s->nrun == 1) return s->op_first[op];
+  int slot[SAMPLES], m = central_steps(s, slot);
+  double sum = 0;
+  for (int i = 0; i < m; i++) sum += s->op_samples[(size_t)op * SAMPLES + (size_t)slot[i]];
+  return sum / m;
 }
 
 static void json_str(FILE *f, const char *x) {

@@ -221,7 +221,7 @@ static void profiles(const rt_Schedule *s) {
     double want = rt_op_seconds(a, o) * 1e6;
     if (!(want > 0) || fabs(graph->ops[o].time_us - want) > 0.0006) off++;
   }
-  T_CASE("the profile reads back: every op's median time, both bandwidths, the copies' compute share")
+  T_CASE("the profile reads back: every op's time, both bandwidths, the copies' compute share")
     T_CHECKF(lrc == 0 && off == 0 && d->d2h_gbps > 0 && d->h2d_gbps > 0 && d->copy_compute_share >= 0 &&
              d->d2h_gbps != 5 && d->h2d_gbps != 5,
              "%s; %d ops differ; d2h %g, h2d %g, share %g", lrc ? e.msg : "", off, d ? d->d2h_gbps : 0,
