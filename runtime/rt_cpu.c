@@ -31,7 +31,8 @@ typedef struct Stream {
   pthread_cond_t cv; /* this thread's own: a job queued, an event it waits for done, stop */
   bool started, busy;
   bool idle;         /* asleep until a job is queued */
-  bool blocked;      /* asleep in a JOB_WAIT until an event completes */
+  bool blocked;      /* asleep until an event completes: in a JOB_WAIT, or idle
+                        with a JOB_WAIT for it first in its queue */
   Job ring[RING];
   int head, count;
   unsigned seed;
@@ -75,7 +76,7 @@ static void event_done(Cpu *c) {
   if (c->host_waiting) pthread_cond_signal(&c->cv_host);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
     if (c->streams[s].blocked) {
-      c->streams[s].blocked = false;
+      c->streams[s].blocked = c->streams[s].idle = false;
       pthread_cond_signal(&c->streams[s].cv);
     }
 }
@@ -154,16 +155,22 @@ static void enqueue(Cpu *c, int stream, Job j) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Wakes STREAM's thread when it sleeps with jobs queued. The signal comes
- * after the unlock, so the woken thread does not find the mutex still held
- * and sleep again on it; the thread is marked awake here, so a second flush
- * before it runs signals no second time. */
+/* Wakes STREAM's thread when it sleeps with jobs queued. When the first of
+ * them waits for an event not yet done, the thread is left asleep, marked
+ * blocked, and the event's completion wakes it (one wake-up, not two). The
+ * signal comes after the unlock, so the woken thread does not find the
+ * mutex still held and sleep again on it; the thread is marked awake here,
+ * so a second flush before it runs signals no second time. */
 static void cpu_flush(void *ctx, int stream) {
   Cpu *c = ctx;
   Stream *st = &c->streams[stream];
   pthread_mutex_lock(&c->mu);
   bool wake = st->idle && st->count > 0;
-  if (wake) st->idle = false;
+  if (wake) {
+    const Job *j = &st->ring[st->head];
+    if (j->kind == JOB_WAIT && c->done[j->event] < j->target) st->blocked = true, wake = false;
+    else st->idle = false;
+  }
   pthread_mutex_unlock(&c->mu);
   if (wake) pthread_cond_signal(&st->cv);
 }
