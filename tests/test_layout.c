@@ -29,6 +29,15 @@ static unsigned rnd(unsigned n) {
   return (unsigned)((rng_state >> 33) % n);
 }
 
+/* The input order must not matter. */
+static void shuffle(LayoutItem *it, int n) {
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)rnd((unsigned)i + 1);
+    LayoutItem t = it[i];
+    it[i] = it[j], it[j] = t;
+  }
+}
+
 static bool overlap(const LayoutItem *a, const LayoutItem *b) { return a->first <= b->last && b->first <= a->last; }
 
 /* The layout this project used before the portfolio: largest first (ties
@@ -170,12 +179,7 @@ static void tilings(void) {
     int n = 0, steps = 4 + (int)rnd(120);
     int64_t h = 256 * (int64_t)(8 + rnd(4000));
     tile(it, &n, CAP, h, 0, steps - 1, 4 + (int)rnd(12));
-    /* shuffle: the input order must not matter */
-    for (int i = n - 1; i > 0; i--) {
-      int j = (int)rnd((unsigned)i + 1);
-      LayoutItem t = it[i];
-      it[i] = it[j], it[j] = t;
-    }
+    shuffle(it, n);
     int64_t arena = -1;
     sets++;
     if (layout_pack(it, n, 256, off, &arena) || check_layout(it, n, 256, off, arena)[0]) {
@@ -216,11 +220,7 @@ static void laminar_sets(void) {
     rng_state = 5000 + seed;
     int n = 0;
     laminar(it, &n, CAP, 0, 10 + (int)rnd(200), 2 + (int)rnd(5));
-    for (int i = n - 1; i > 0; i--) {
-      int j = (int)rnd((unsigned)i + 1);
-      LayoutItem t = it[i];
-      it[i] = it[j], it[j] = t;
-    }
+    shuffle(it, n);
     int64_t arena = -1;
     sets++;
     if (layout_pack(it, n, 256, off, &arena) || check_layout(it, n, 256, off, arena)[0]) {
