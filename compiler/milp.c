@@ -291,7 +291,6 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     }
   }
   r->bound = glp_get_obj_val(P) + m->obj_offset;
-  if (getenv("PROF")) fprintf(stderr, "PROF lp %.2f iters %d bound %.1f\n", now() - t0, glp_get_it_cnt(P), r->bound);
   for (int c = 0; c < m->ncols; c++) r->lp_x[c] = glp_get_col_prim(P, c + 1);
   r->lp_x[m->ncols] = 0;
   if (o->lp_only) {
@@ -314,7 +313,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * incumbent, which finds what the first misses when the LP's fixings
    * leave only poor solutions (unet at f = 0.3: 36,933 -> 33,224 us). */
   for (int pass = 0; pass < 2 && rel_gap(start_obj, r->bound) > o->mip_gap; pass++) {
-    if (pass == 1 && !start) break;
+    if (pass == 1 && (!start || rel_gap(start_obj, r->bound) <= o->good_gap)) break;
     if (pass == 1 && start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
     /* The second gets a quarter of the nodes: where it helps, it helps
      * early (unet at f = 0.3 within 50), and on the large models a node
@@ -325,22 +324,20 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
       memcpy(sub, nb, (size_t)m->ncols * sizeof(double));
       start = sub, start_obj = obj_of(m, sub);
     }
-    if (getenv("PROF")) fprintf(stderr, "PROF nbh %.2f start %.1f (caller start %.1f)\n", now() - t0, start_obj, m->start ? obj_of(m, m->start) : -1.0);
-  if (start && o->polish && rel_gap(start_obj, r->bound) > o->mip_gap) {
+    if (start && o->polish && rel_gap(start_obj, r->bound) > o->mip_gap) {
       if (start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
       o->polish(o->polish_ctx, sub);
       if (obj_of(m, sub) < start_obj) start = sub, start_obj = obj_of(m, sub);
     }
   }
-  if (getenv("PROF")) fprintf(stderr, "PROF polish %.2f start %.1f\n", now() - t0, start_obj);
   if (start && !o->quiet && now() - t0 > 1)
     fprintf(stderr, "ilp: incumbent %.6g bound %.6g gap %.3f%% %.1f s\n", start_obj, r->bound,
             100 * rel_gap(start_obj, r->bound), now() - t0);
-  if (start && rel_gap(start_obj, r->bound) <= o->mip_gap) {
+  if (start && rel_gap(start_obj, r->bound) <= fmax(o->mip_gap, o->good_gap)) {
     /* Within the gap of the LP bound: nothing for branch and bound to do. */
     memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
     r->objective = start_obj;
-    r->status = MILP_OPTIMAL;
+    r->status = rel_gap(start_obj, r->bound) <= o->mip_gap ? MILP_OPTIMAL : MILP_FEASIBLE;
     free(sub), free(nb);
     goto done;
   }
@@ -359,7 +356,6 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * heuristics never paid for themselves; the starting solution does. */
   glpk_set_time_limit(&iocp, o, t0);
   rc = glp_intopt(P, &iocp);
-  if (getenv("PROF")) fprintf(stderr, "PROF tree %.2f nodes %ld obj %.1f bound %.1f\n", now() - t0, cb.nodes, glp_mip_obj_val(P)+m->obj_offset, cb.bound);
   free(sub), free(nb);
   int st = glp_mip_status(P);
   if (st == GLP_OPT || st == GLP_FEAS) {

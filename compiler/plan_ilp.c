@@ -33,6 +33,7 @@
 #define ILP_LP_WORK 6e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
+#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models whose nodes are costly, the second neighbourhood and the tree are skipped */
 
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
@@ -1546,6 +1547,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = counted ? node_limit(&md.m) : 0,
                     .neighbourhood_nodes = counted ? ILP_NODES : 0,
+                    .good_gap = counted && node_limit(&md.m) < ILP_NODES ? ILP_GOOD_GAP : 0,
                     .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
                     .polish = polish_x, .polish_ctx = &pol};
   MilpResult r;
