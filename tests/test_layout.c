@@ -92,6 +92,13 @@ static const char *check_layout(const LayoutItem *it, int n, int64_t align, cons
   return top == arena ? "" : "arena is not max(offset + bytes)";
 }
 
+/* Packs it in a shuffled order: true when the layout is valid. */
+static bool shuffled_pack(LayoutItem *it, int n, int64_t *off, int64_t *arena) {
+  shuffle(it, n);
+  *arena = -1;
+  return layout_pack(it, n, 256, off, arena) == 0 && !check_layout(it, n, 256, off, *arena)[0];
+}
+
 static int64_t brute_lower_bound(const LayoutItem *it, int n, int64_t align) {
   int64_t lb = 0;
   for (int s = 0; s < 64; s++) {
@@ -179,10 +186,9 @@ static void tilings(void) {
     int n = 0, steps = 4 + (int)rnd(120);
     int64_t h = 256 * (int64_t)(8 + rnd(4000));
     tile(it, &n, CAP, h, 0, steps - 1, 4 + (int)rnd(12));
-    shuffle(it, n);
-    int64_t arena = -1;
+    int64_t arena;
     sets++;
-    if (layout_pack(it, n, 256, off, &arena) || check_layout(it, n, 256, off, arena)[0]) {
+    if (!shuffled_pack(it, n, off, &arena)) {
       invalid++;
       continue;
     }
@@ -220,10 +226,9 @@ static void laminar_sets(void) {
     rng_state = 5000 + seed;
     int n = 0;
     laminar(it, &n, CAP, 0, 10 + (int)rnd(200), 2 + (int)rnd(5));
-    shuffle(it, n);
-    int64_t arena = -1;
+    int64_t arena;
     sets++;
-    if (layout_pack(it, n, 256, off, &arena) || check_layout(it, n, 256, off, arena)[0]) {
+    if (!shuffled_pack(it, n, off, &arena)) {
       invalid++;
       continue;
     }
