@@ -922,9 +922,9 @@ static void build_reruns(Ilp *md) {
 
 /* ------------------------------------------------------------ memory */
 
-/* Live from position p0 on while one of t's forward consumers still has to
- * re-run (a re-run reads t, so it extends t's residency). */
-static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
+/* The latest position at which one of t's forward consumers can re-run
+ * (and so read t), -1 if none can. */
+static int last_consumer_rerun(const Ilp *md, int t) {
   int last = -1;
   for (int c = 0; c < md->cons_n[t]; c++) {
     int q2 = md->cons[md->cons_first[t] + c];
@@ -933,6 +933,13 @@ static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
       if (pq > last) last = pq;
     }
   }
+  return last;
+}
+
+/* Live from position p0 on while one of t's forward consumers still has to
+ * re-run (a re-run reads t, so it extends t's residency). */
+static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
+  int last = last_consumer_rerun(md, t);
   Run *run = &md->run;
   Sig *sg = &md->sig;
   run->open = false;
@@ -1053,14 +1060,7 @@ static void build_memory(Ilp *md) {
        * consumer's re-run still reads it. */
       int from = tv->stashed ? md->grp_first[lr + 1 < n ? lr + 1 : lr] : first + 1;
       if (tv->stashed && lr + 1 >= n) continue;
-      int lastp = -1;
-      for (int cc = 0; cc < md->cons_n[v]; cc++) {
-        int q2 = md->cons[md->cons_first[v] + cc];
-        if (md->cand_n[q2]) {
-          int pq = pos_of_rerun(md, md->cand_t[md->cand_first[q2] + md->cand_n[q2] - 1], q2);
-          if (pq > lastp) lastp = pq;
-        }
-      }
+      int lastp = last_consumer_rerun(md, v);
       Run *run = &md->run;
       Sig *sg = &md->sig;
       run->open = false;
@@ -1270,8 +1270,6 @@ typedef struct Candidate {
   bool ok;
 } Candidate;
 
-/* Keeps the better of cand and a new decision vector (by model objective
- * among those within the memory limit). */
 static bool is_excluded(const Ilp *md, const Decision *dec) {
   const Graph *g = md->g;
   for (int k = 0; k < md->nexcluded; k++) {
@@ -1303,15 +1301,19 @@ static void add_exclusions(Ilp *md) {
   free(cols), free(vals);
 }
 
-static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x) {
-  int64_t peak;
-  if (is_excluded(md, dec) || ilp_eval(md, dec, x, &peak) || peak > limit) return;
-  double obj = objective_of(md, x);
-  if (best->ok && obj >= best->objective - 1e-9) return;
+/* Keeps the better of best and an evaluated decision vector (by model
+ * objective among those within the memory limit). */
+static void offer(const Ilp *md, Candidate *best, const Decision *dec, int64_t peak, double obj, int64_t limit) {
+  if (peak > limit || (best->ok && obj >= best->objective - 1e-9) || is_excluded(md, dec)) return;
   memcpy(best->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
   best->objective = obj;
   best->peak = peak;
   best->ok = true;
+}
+
+static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x) {
+  int64_t peak;
+  if (ilp_eval(md, dec, x, &peak) == 0) offer(md, best, dec, peak, objective_of(md, x), limit);
 }
 
 static double seconds_now(void) {
@@ -1509,18 +1511,17 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   }
   best->ok = false;
   for (int i = 0; i < nst; i++) {
-    consider(&md, best, st[i], limit, x);
-    if (!pool || pool->n == ILP_POOL) continue;
-    /* Starts outside a depth-bounded model still go to the simulator. */
-    Candidate *pc = &pool->c[pool->n];
     int64_t pk;
     bool modelled = ilp_eval(&md, st[i], x, &pk) == 0;
-    if (modelled && pk > o->budget_bytes) continue;
+    double obj = modelled ? objective_of(&md, x) : NAN;
+    if (modelled) offer(&md, best, st[i], pk, obj, limit);
+    /* Starts outside a depth-bounded model still go to the simulator. */
+    if (!pool || pool->n == ILP_POOL || (modelled && pk > o->budget_bytes)) continue;
+    Candidate *pc = &pool->c[pool->n++];
     memcpy(pc->dec, st[i], (size_t)g->ntensors * sizeof(Decision));
     pc->peak = modelled ? pk : -1;
-    pc->objective = modelled ? objective_of(&md, x) : NAN;
+    pc->objective = obj;
     pc->ok = true;
-    pool->n++;
   }
   if (!best->ok && !min_memory) {
     rc = 1;
@@ -1531,7 +1532,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   /* Without --time-limit the work is counted, not timed, so the same
    * inputs give the same plan (ILP_SAFETY seconds stay as a backstop). */
   bool counted = o->time_limit <= 0;
-  improve(&md, best, limit, x, budget_s / 4, counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX);
+  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m) : 0;
+  improve(&md, best, limit, x, budget_s / 4, evals);
   if (best->ok) {
     /* The start must respect the dominance bounds to be accepted. */
     for (int i = 0; i < g->nstashed; i++) {
@@ -1542,12 +1544,11 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = objective_of(&md, md.m.start);
   }
-  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX,
-                .seconds = budget_s / 4, .c = {.dec = tmp}};
+  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = evals, .seconds = budget_s / 4, .c = {.dec = tmp}};
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
-                    .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = counted ? node_limit(&md.m) : 0,
+                    .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .neighbourhood_nodes = counted ? ILP_NODES : 0,
-                    .good_gap = counted && node_limit(&md.m) < ILP_NODES ? ILP_GOOD_GAP : 0,
+                    .good_gap = counted && nodes < ILP_NODES ? ILP_GOOD_GAP : 0,
                     .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
                     .polish = polish_x, .polish_ctx = &pol};
   MilpResult r;
@@ -1564,7 +1565,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     decisions_from_x(&md, r.lp_x, tmp);
     consider(&md, best, tmp, limit, x);
   }
-  improve(&md, best, limit, x, budget_s / 4, pol.evals);
+  improve(&md, best, limit, x, budget_s / 4, evals);
   bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
@@ -1703,12 +1704,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
-  Decision *mm_scratch = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *repaired = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *excluded[ILP_EXCLUDE_MAX];
   int nexcluded = 0;
   Pool pool;
   memset(&pool, 0, sizeof pool);
-  bool oom = !c.dec || !best || !mm || !mm_scratch;
+  bool oom = !c.dec || !best || !mm || !repaired;
   for (int i = 0; i < ILP_POOL; i++) oom |= !(pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)));
   int rc = -1;
   if (oom) {
@@ -1780,11 +1781,11 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (pick || !picked) *si = rsi;
     /* Small graphs: the answer's own neighbours with a smaller arena. */
     if (!pick && c.ok && c_arena > o->budget_bytes && g->nstashed <= ILP_POLISH_MAX) {
-      memcpy(mm_scratch, c.dec, (size_t)g->ntensors * sizeof(Decision));
+      memcpy(repaired, c.dec, (size_t)g->ntensors * sizeof(Decision));
       double step;
-      if (shrink_arena(g, d, o->budget_bytes, mm_scratch, c_arena, deadline) <= o->budget_bytes &&
-          try_plan(g, d, o->budget_bytes, mm_scratch, &step) && step < best_s * (1 - 1e-12)) {
-        memcpy(best, mm_scratch, (size_t)g->ntensors * sizeof(Decision));
+      if (shrink_arena(g, d, o->budget_bytes, repaired, c_arena, deadline) <= o->budget_bytes &&
+          try_plan(g, d, o->budget_bytes, repaired, &step) && step < best_s * (1 - 1e-12)) {
+        memcpy(best, repaired, (size_t)g->ntensors * sizeof(Decision));
         best_s = step, picked = true;
         *si = rsi;
         if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
@@ -1813,7 +1814,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       memcpy(excluded[nexcluded++], c.dec, (size_t)g->ntensors * sizeof(Decision));
     } else {
       if (round >= ILP_ROUNDS) break;
-      limit -= (c_arena - o->budget_bytes) << (round < 20 ? round : 20);
+      limit -= (c_arena - o->budget_bytes) << round;
     }
     c.ok = false;
   }
@@ -1856,7 +1857,7 @@ out:
   free(c.dec);
   free(best);
   free(mm);
-  free(mm_scratch);
+  free(repaired);
   for (int i = 0; i < nexcluded; i++) free(excluded[i]);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;
