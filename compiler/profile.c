@@ -3,8 +3,9 @@
  * rt_write_profile from measured runs) into a graph's per-op time_us, so
  * `ration plan --costs FILE` plans with measured rather than roofline op
  * times, and its optional measured copy figures ("d2h_gbps", "h2d_gbps",
- * "copy_compute_share") into the device. All or nothing: nothing is changed unless the whole file
- * is valid. Ops the file does not name keep their modelled cost.
+ * "copy_compute_share") into the device. All or nothing: nothing is
+ * changed unless the whole file is valid. Ops the file does not name keep
+ * their modelled cost.
  */
 #include "ration.h"
 
@@ -12,12 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cost_load_profile(Graph *g, const char *path, Err *e) {
+static cJSON *read_costs(const char *path, Err *e) {
   size_t len;
   char *text = json_read(path, &len, e);
-  if (!text) return -1;
+  if (!text) return NULL;
   cJSON *root = json_parse(path, text, len, "ration-costs/1", e);
   free(text);
+  return root;
+}
+
+int cost_load_profile(Graph *g, const char *path, Err *e) {
+  cJSON *root = read_costs(path, e);
   if (!root) return -1;
   int rc = -1;
   double *us = util_xcalloc((size_t)g->nops + 1, sizeof *us);
@@ -52,11 +58,7 @@ done:
 }
 
 int cost_load_profile_links(Device *d, const char *path, Err *e) {
-  size_t len;
-  char *text = json_read(path, &len, e);
-  if (!text) return -1;
-  cJSON *root = json_parse(path, text, len, "ration-costs/1", e);
-  free(text);
+  cJSON *root = read_costs(path, e);
   if (!root) return -1;
   static const char *const keys[] = {"d2h_gbps", "h2d_gbps", "copy_compute_share"};
   double v[3] = {d->d2h_gbps, d->h2d_gbps, d->copy_compute_share};
