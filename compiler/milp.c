@@ -218,9 +218,8 @@ static void glpk_set_time_limit(glp_iocp *iocp, const MilpOptions *o, double t0)
 /* The LP's neighbourhood (relaxation-induced): the integer columns the LP
  * left integral (and, given an incumbent, where the incumbent agrees: so
  * the incumbent itself is in it) are fixed there and a small MILP decides
- * the rest. On the
- * planner's models the LP leaves a few dozen of hundreds of decisions
- * fractional, and this finds in a fraction of a second what branch and
+ * the rest. On the planner's models the LP leaves a few dozen of hundreds
+ * of decisions fractional, and this finds in a fraction of a second what branch and
  * bound from the LP's basis does not find in minutes. Its work is counted
  * in nodes like the main tree's. */
 static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOptions *o, const double *incumbent, long nodes,
@@ -311,7 +310,8 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   double start_obj = m->start ? obj_of(m, m->start) : HUGE_VAL;
   /* Twice: around the LP alone, then around the LP and the polished
    * incumbent, which finds what the first misses when the LP's fixings
-   * leave only poor solutions (unet at f = 0.3: 36,933 -> 33,224 us). */
+   * leave only poor solutions (unet at f = 0.3: 36,933 -> 33,501 us
+   * polished; 33,224 with all 200 nodes). */
   for (int pass = 0; pass < 2 && rel_gap(start_obj, r->bound) > o->mip_gap; pass++) {
     if (pass == 1 && (!start || rel_gap(start_obj, r->bound) <= o->good_gap)) break;
     if (pass == 1 && start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double));
