@@ -597,12 +597,16 @@ static void build_decisions(Ilp *md) {
 static double t_before(const Ilp *md, int i) { return i > 0 ? md->t_end[i - 1] : 0; }
 
 /* Stream 0 (D2H): issued after op p, due at the wait after op w. Stream 1
- * (H2D): issued at the start of op issue's group, due before op f. Stream
- * 2: one tensor's round trip. */
+ * (H2D): issued at the start of op issue's group, due before op f. Times
+ * are compute without stalls; the stalls before the issue (Q[a-1]) and by
+ * the due op (Q[b]) add to them. */
+static int issue_op(const Ilp *md, int stream, int t) { return stream ? md->issue_at[t] : md->g->tensors[t].producer; }
+static int due_op(const Ilp *md, int stream, int t) { return stream ? md->g->tensors[t].first_bwd_read : md->wait_at[t]; }
+static double issue_time(const Ilp *md, int stream, int a) { return stream ? t_before(md, a) : md->t_end[a]; }
+static double due_time(const Ilp *md, int stream, int b) { return stream ? t_before(md, b) : md->t_end[b]; }
+
 static bool in_window(const Ilp *md, int stream, int t, int a, int b) {
-  const Tensor *x = &md->g->tensors[t];
-  if (stream == 0) return x->producer >= a && md->wait_at[t] == b;
-  return md->issue_at[t] >= a && x->first_bwd_read == b;
+  return issue_op(md, stream, t) >= a && due_op(md, stream, t) == b;
 }
 
 static void add_window(Ilp *md, int stream, int a, int b, int c, double cap) {
@@ -646,7 +650,7 @@ static void build_stalls(Ilp *md) {
       goto out;
     }
     for (int t = 0; t < nt; t++)
-      if (md->colO[t] >= 0) md->due_first[stream][(stream ? g->tensors[t].first_bwd_read : md->wait_at[t]) + 1]++;
+      if (md->colO[t] >= 0) md->due_first[stream][due_op(md, stream, t) + 1]++;
     for (int b = 0; b < n; b++) md->due_first[stream][b + 1] += md->due_first[stream][b];
     int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
     if (!fill) {
@@ -655,7 +659,7 @@ static void build_stalls(Ilp *md) {
     }
     for (int t = 0; t < nt; t++) {
       if (md->colO[t] < 0) continue;
-      int b = stream ? g->tensors[t].first_bwd_read : md->wait_at[t];
+      int b = due_op(md, stream, t);
       md->due_list[stream][md->due_first[stream][b] + fill[b]++] = t;
     }
     free(fill);
@@ -678,8 +682,8 @@ static void build_stalls(Ilp *md) {
     memset(due, 0, (size_t)n);
     for (int t = 0; t < nt; t++) {
       if (md->colO[t] < 0) continue;
-      start[stream ? md->issue_at[t] : g->tensors[t].producer] = 1;
-      due[stream ? g->tensors[t].first_bwd_read : md->wait_at[t]] = 1;
+      start[issue_op(md, stream, t)] = 1;
+      due[due_op(md, stream, t)] = 1;
     }
     for (int a = 0; a < n; a++) {
       if (!start[a]) continue;
@@ -697,7 +701,7 @@ static void build_stalls(Ilp *md) {
         if (prev >= 0) cols[k] = prev, vals[k++] = -1;
         if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
         prev = c;
-        double cap = stream ? t_before(md, b) - t_before(md, a) : md->t_end[b] - md->t_end[a];
+        double cap = due_time(md, stream, b) - issue_time(md, stream, a);
         /* Q[b] - Q[a-1] - C >= -cap */
         k = 0;
         cols[k] = md->col_q[b], vals[k++] = 1;
@@ -737,13 +741,12 @@ static void build_stalls(Ilp *md) {
     }
     md->nfifo[stream] = k;
     for (int it = 0; it < k; it++) {
-      int t = q[it], issue = stream ? md->issue_at[t] : g->tensors[t].producer;
-      int b = stream ? g->tensors[t].first_bwd_read : md->wait_at[t];
+      int t = q[it], issue = issue_op(md, stream, t), b = due_op(md, stream, t);
       for (int i0 = it; i0 >= 0; i0--) {
-        int a = stream ? md->issue_at[q[i0]] : g->tensors[q[i0]].producer;
+        int a = issue_op(md, stream, q[i0]);
         if (issue - a > ILP_FIFO) break;
-        if (i0 > 0 && (stream ? md->issue_at[q[i0 - 1]] : g->tensors[q[i0 - 1]].producer) == a) continue;
-        double cap = stream ? t_before(md, b) - t_before(md, a) : md->t_end[b] - md->t_end[a], big = 0;
+        if (i0 > 0 && issue_op(md, stream, q[i0 - 1]) == a) continue;
+        double cap = due_time(md, stream, b) - issue_time(md, stream, a), big = 0;
         int nn = 0;
         cols[nn] = md->col_q[b], vals[nn++] = 1;
         if (a) cols[nn] = md->col_q[a - 1], vals[nn++] = -1;
@@ -770,7 +773,7 @@ static void build_stalls(Ilp *md) {
   for (int t = 0; t < nt; t++) {
     if (md->colO[t] < 0) continue;
     int p = g->tensors[t].producer, f = g->tensors[t].first_bwd_read;
-    double cap = t_before(md, f) - md->t_end[p];
+    double cap = due_time(md, 1, f) - issue_time(md, 0, p);
     int k = 0;
     cols[k] = md->col_q[f], vals[k++] = 1;
     if (p) cols[k] = md->col_q[p - 1], vals[k++] = -1;
@@ -781,14 +784,21 @@ out:
   free(cols), free(vals);
 }
 
-/* The least Q for one decision vector: difference rows on a chain, so one
- * pass in op order settles them. */
+/* Q for one decision vector: the least the rows allow (windows, round
+ * trips and queue rows, each a bound of the FIFO streams), raised to what
+ * the streams actually do: each runs its copies in queue order, a prefetch
+ * also waits for its own offload, and an offloaded copy's lateness at its
+ * due op is a stall there. The rows are bounds, so the stalls the model
+ * reports for a plan are the queues' own (docs/PLANNING.md 4). */
 static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
   const Graph *g = md->g;
-  int n = g->nops;
+  int n = g->nops, nt = g->ntensors;
   if (!md->col_q) return;
-  double *q = util_xcalloc((size_t)n + 1, sizeof(double));
-  if (!q) return;
+  double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *finish = util_xcalloc(2 * (size_t)nt + 1, sizeof(double));
+  if (!q || !finish) {
+    free(q), free(finish);
+    return;
+  }
   /* The running sums C of each window start, then Q[b] as the largest
    * Q[a-1] + C - cap over the windows and round trips ending at b. */
   double cval = 0;
@@ -802,8 +812,23 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
     }
     x[w->col] = cval;
   }
+  int next[2] = {0, 0};
+  double busy[2] = {0, 0}; /* when each stream is done with its queue so far */
   for (int b = 0; b < n; b++) {
     double v = b ? q[b - 1] : 0;
+    for (int stream = 0; stream < 2; stream++)
+      for (; next[stream] < md->nfifo[stream] && issue_op(md, stream, md->fifo[stream][next[stream]]) == b; next[stream]++) {
+        int t = md->fifo[stream][next[stream]];
+        if (dec[t] != DEC_OFFLOAD) continue;
+        double start = fmax(busy[stream], issue_time(md, stream, b) + v);
+        if (stream) start = fmax(start, finish[t]);
+        finish[stream * nt + t] = busy[stream] = start + md->copy_us[stream][t];
+      }
+    for (int stream = 0; stream < 2; stream++)
+      for (int k = md->due_first[stream][b]; k < md->due_first[stream][b + 1]; k++) {
+        int t = md->due_list[stream][k];
+        if (dec[t] == DEC_OFFLOAD) v = fmax(v, finish[stream * nt + t] - due_time(md, stream, b));
+      }
     for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
       const Window *w = &md->win[md->win_by_b[i]];
       double base = w->a ? q[w->a - 1] : 0;
@@ -830,7 +855,7 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
     q[b] = v;
     x[md->col_q[b]] = v;
   }
-  free(q);
+  free(q), free(finish);
 }
 
 /* Y rows: each forward op is re-run at the first op whose prelude needs one
