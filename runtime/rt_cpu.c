@@ -3,12 +3,16 @@
  * and H2D streams are each a real thread draining a FIFO of jobs (copy,
  * fill, record an event, wait for an event), so a wait missing from a
  * schedule is a real race, not a modelled one. In debug mode every copy
- * starts after a random delay, which makes such races show up. Job rings
- * and arenas are allocated at open; the step path only enqueues.
+ * starts after a random delay, which makes such races show up. An idle
+ * copy thread polls the rings for a while before it sleeps, so that
+ * issuing a copy seldom costs the compute thread a wake-up (see Cpu). Job
+ * rings and arenas are allocated at open; the step path only enqueues.
  */
 #include "rt_backend.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,14 @@
 
 enum { JOB_COPY, JOB_FILL, JOB_RECORD, JOB_WAIT };
 enum { RING = 4096 };
+/* Polling (see Cpu), in ns: an idle copy thread looks at the rings
+ * without pause for SPIN_NS, then every DOZE_NS (a sleep; the timer may
+ * fire up to DOZE_LATE_NS late) until POLL_NS have passed, then sleeps
+ * until woken. A look later than promised by more than POLL_GAP_NS means
+ * the poller was preempted. Measured on offload-all schedules (bench/
+ * RESULTS.md): a longer spin costs a core for little; without the doze the
+ * compute thread still wakes a copy thread about 35 times a step. */
+enum { SPIN_NS = 200000, DOZE_NS = 50000, DOZE_LATE_NS = 100000, POLL_NS = 20000000, POLL_GAP_NS = 50000 };
 
 typedef struct Job {
   int kind, byte, event;
@@ -25,31 +37,49 @@ typedef struct Job {
   uint64_t target;
 } Job;
 
+/* The ring, the flags and the event counters are written under Cpu.mu;
+ * those a poller reads without it are atomic. */
 typedef struct Stream {
   struct Cpu *owner;
   pthread_t thread;
   pthread_cond_t cv; /* this thread's own: a job queued, an event it waits for done, stop */
   bool started, busy;
-  bool idle;         /* asleep until a job is queued */
-  bool blocked;      /* asleep until an event completes: in a JOB_WAIT, or idle
-                        with a JOB_WAIT for it first in its queue */
+  atomic_int count;
+  atomic_bool idle;    /* asleep until a job is queued */
+  atomic_bool blocked; /* asleep until event wait_event reaches wait_target: in a
+                          JOB_WAIT, or idle with such a JOB_WAIT first in its queue */
+  atomic_int wait_event;
+  _Atomic uint64_t wait_target;
   Job ring[RING];
-  int head, count;
+  int head;
   unsigned seed;
   double copied_bytes, copy_seconds; /* measured memcpy work, for profiles */
 } Stream;
 
-/* Every thread sleeps on a condition variable of its own and is woken only
- * when what it waits for may have happened: on two cores a wake-up that
- * finds nothing to do is a context switch taken from compute. */
+/* A wake-up of a thread sleeping on another core costs the waker about
+ * 13 us on this machine's VM (the inter-processor interrupt; the syscall
+ * itself is 0.1 us), and the compute thread would pay it for nearly every
+ * copy step. So a copy thread that runs out of work first polls the rings
+ * of both streams (SPIN_NS, POLL_NS above): while one polls, the compute
+ * thread only queues (no syscall), and the poller itself wakes the other
+ * stream's thread when that one sleeps with work it can start. One thread
+ * polls at a time, so compute and a poller fit the two cores; a poller
+ * that finds itself preempted (the cores are contended) stops at once, and
+ * the compute thread wakes threads itself whenever the poller is not
+ * looking when it promised to. Sleeping threads use a condition variable
+ * each and are woken only when what they wait for is there. */
 typedef struct Cpu {
   pthread_mutex_t mu;
   pthread_cond_t cv_host; /* the calling thread: an event done, a stream idle, ring space */
   int host_waiting;       /* the calling thread is asleep on cv_host */
-  bool stop, debug;
+  atomic_bool stop;
+  bool debug;
   unsigned delay_us;
   unsigned char *dev, *host;
-  uint64_t *issued, *done; /* per event: records issued, records completed */
+  uint64_t *issued;        /* per event: records issued */
+  _Atomic uint64_t *done;  /* per event: records completed */
+  atomic_int poller;       /* the stream whose thread polls, or 0 */
+  atomic_llong next_look_ns; /* by when the poller will have looked at the rings again */
   Stream streams[3];       /* [RT_STREAM_D2H], [RT_STREAM_H2D] are threads */
 } Cpu;
 
@@ -61,6 +91,12 @@ static void *xalloc_arena(int64_t bytes) {
   return p;
 }
 
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static void copy_delay(unsigned *seed, unsigned fixed_us) {
   /* Mostly short, sometimes long enough to let compute run many ops ahead. */
   unsigned r = (unsigned)rand_r(seed);
@@ -69,42 +105,137 @@ static void copy_delay(unsigned *seed, unsigned fixed_us) {
   nanosleep(&ts, NULL);
 }
 
-/* Wakes whoever sleeps until an event completes. Called with mu held. A
- * sleeper is marked awake by its waker, so that a second call before it
- * runs does not signal (a syscall) again. */
+/* Takes mu without sleeping on it while its holder runs on the other
+ * core: sleeping there would make the holder's unlock a wake-up. */
+static void lock(Cpu *c) {
+  for (int i = 0; i < 1000; i++) {
+    if (pthread_mutex_trylock(&c->mu) == 0) return;
+    sched_yield();
+  }
+  pthread_mutex_lock(&c->mu);
+}
+
+/* A sleeping stream thread whose wait is over: idle with a job queued that
+ * it can start, or blocked on an event now done. */
+static bool wakeable(Cpu *c, Stream *st) {
+  if (atomic_load(&st->blocked))
+    return atomic_load(&c->done[atomic_load(&st->wait_event)]) >= atomic_load(&st->wait_target);
+  return atomic_load(&st->idle) && atomic_load(&st->count) > 0;
+}
+
+/* An idle stream whose first job waits for an event not yet done is left
+ * asleep, marked blocked on it: the event's completion wakes it (one
+ * wake-up, not two). Called with mu held. */
+static void mark_blocked(Cpu *c, Stream *st) {
+  if (!atomic_load(&st->idle) || atomic_load(&st->blocked) || atomic_load(&st->count) == 0) return;
+  const Job *j = &st->ring[st->head];
+  if (j->kind == JOB_WAIT && atomic_load(&c->done[j->event]) < j->target) {
+    atomic_store(&st->wait_event, j->event);
+    atomic_store(&st->wait_target, j->target);
+    atomic_store(&st->blocked, true);
+  }
+}
+
+/* Whether a poller will see to sleeping threads: one polls and looked at
+ * the rings within POLL_GAP_SECONDS. */
+static bool poller_alive(Cpu *c) {
+  return atomic_load(&c->poller) != 0 && now_ns() - atomic_load(&c->next_look_ns) < POLL_GAP_NS;
+}
+
+/* Marks ST awake when it sleeps with its wait over, and says whether to
+ * signal it (after unlocking, so that it does not find mu still held and
+ * sleep again on it). Marked awake here, so a second caller before it runs
+ * signals no second time. Called with mu held. */
+static bool claim_wake(Cpu *c, Stream *st) {
+  if (!wakeable(c, st)) return false;
+  atomic_store(&st->idle, false);
+  atomic_store(&st->blocked, false);
+  return true;
+}
+
+/* A copy thread with nothing to do, unless the other one polls already,
+ * looks at both rings until its own wait is over (READY), waking the other
+ * stream's thread when that one sleeps with its wait over; for at most
+ * POLL_NS, and not once it finds itself preempted. Called and returns with
+ * mu held. */
+static void poll_streams(Cpu *c, Stream *st, int self, bool (*ready)(Cpu *, Stream *, const Job *), const Job *j) {
+  int none = 0;
+  if (ready(c, st, j) || !atomic_compare_exchange_strong(&c->poller, &none, self)) return;
+  Stream *other = &c->streams[self == RT_STREAM_D2H ? RT_STREAM_H2D : RT_STREAM_D2H];
+  long long t0 = now_ns(), promised = t0;
+  atomic_store(&c->next_look_ns, t0);
+  pthread_mutex_unlock(&c->mu);
+  for (;;) {
+    long long t = now_ns();
+    if (t - promised > POLL_GAP_NS || t - t0 > POLL_NS) break;
+    bool doze = t - t0 > SPIN_NS;
+    promised = doze ? t + DOZE_NS + DOZE_LATE_NS : t;
+    atomic_store(&c->next_look_ns, promised);
+    if (ready(c, st, j) || atomic_load(&c->stop)) break;
+    if (wakeable(c, other)) {
+      lock(c);
+      bool wake = claim_wake(c, other);
+      pthread_mutex_unlock(&c->mu);
+      if (wake) pthread_cond_signal(&other->cv);
+    }
+    if (doze) nanosleep(&(struct timespec){0, (long)DOZE_NS}, NULL);
+    else sched_yield();
+  }
+  /* The compute thread may have left a wake-up to this poller up to here;
+   * it sees the poller gone (seq_cst) or its work is found below. */
+  atomic_store(&c->poller, 0);
+  lock(c);
+  if (claim_wake(c, other)) pthread_cond_signal(&other->cv);
+}
+
+static bool has_job(Cpu *c, Stream *st, const Job *j) {
+  (void)j;
+  return atomic_load(&st->count) > 0 || atomic_load(&c->stop);
+}
+
+static bool event_reached(Cpu *c, Stream *st, const Job *j) {
+  (void)st;
+  return atomic_load(&c->done[j->event]) >= j->target;
+}
+
+/* Wakes whoever sleeps until an event completes. Called with mu held by a
+ * stream thread (a wake-up costs that thread, not compute). */
 static void event_done(Cpu *c) {
   if (c->host_waiting) pthread_cond_signal(&c->cv_host);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
-    if (c->streams[s].blocked) {
-      c->streams[s].blocked = c->streams[s].idle = false;
-      pthread_cond_signal(&c->streams[s].cv);
-    }
+    if (claim_wake(c, &c->streams[s])) pthread_cond_signal(&c->streams[s].cv);
 }
 
 static void *stream_main(void *arg) {
   Stream *st = arg;
   Cpu *c = st->owner;
-  pthread_mutex_lock(&c->mu);
+  int self = (int)(st - c->streams);
+  lock(c);
   for (;;) {
-    while (st->count == 0 && !c->stop) {
-      st->idle = true;
+    poll_streams(c, st, self, has_job, NULL);
+    while (atomic_load(&st->count) == 0 && !atomic_load(&c->stop)) {
+      atomic_store(&st->idle, true);
       pthread_cond_wait(&st->cv, &c->mu);
-      st->idle = false;
+      atomic_store(&st->idle, false);
+      atomic_store(&st->blocked, false); /* as marked by mark_blocked, if woken spuriously */
     }
-    if (st->count == 0) break;
+    if (atomic_load(&st->count) == 0) break;
     Job j = st->ring[st->head];
     st->head = (st->head + 1) % RING;
-    st->count--;
+    atomic_fetch_sub(&st->count, 1);
     st->busy = true;
-    if (st->count == RING - 1 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* ring space */
+    if (atomic_load(&st->count) == RING - 1 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* ring space */
     if (j.kind == JOB_WAIT) {
-      while (c->done[j.event] < j.target) {
-        st->blocked = true;
+      poll_streams(c, st, self, event_reached, &j);
+      while (atomic_load(&c->done[j.event]) < j.target) {
+        atomic_store(&st->wait_event, j.event);
+        atomic_store(&st->wait_target, j.target);
+        atomic_store(&st->blocked, true);
         pthread_cond_wait(&st->cv, &c->mu);
-        st->blocked = false;
+        atomic_store(&st->blocked, false);
       }
     } else if (j.kind == JOB_RECORD) {
-      if (c->done[j.event] < j.target) c->done[j.event] = j.target;
+      if (atomic_load(&c->done[j.event]) < j.target) atomic_store(&c->done[j.event], j.target);
       event_done(c);
     } else {
       pthread_mutex_unlock(&c->mu);
@@ -120,10 +251,10 @@ static void *stream_main(void *arg) {
       } else {
         memset(j.dst, j.byte, (size_t)j.bytes);
       }
-      pthread_mutex_lock(&c->mu);
+      lock(c);
     }
     st->busy = false;
-    if (st->count == 0 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* cpu_sync */
+    if (atomic_load(&st->count) == 0 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* cpu_sync */
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
@@ -137,40 +268,28 @@ static void host_wait(Cpu *c) {
 }
 
 /* Queues a job without waking the stream's thread: cpu_flush does, once for
- * all the jobs of a step (its waits, the copy, its record), as a wake-up is
- * a syscall on the caller's thread, and on two cores often a context switch
- * taken from compute. */
+ * all the jobs of a step (its waits, the copy, its record). */
 static void enqueue(Cpu *c, int stream, Job j) {
   Stream *st = &c->streams[stream];
-  pthread_mutex_lock(&c->mu);
-  while (st->count == RING) {
-    if (st->idle) {
-      st->idle = false;
-      pthread_cond_signal(&st->cv);
-    }
+  lock(c);
+  while (atomic_load(&st->count) == RING) {
+    if (claim_wake(c, st)) pthread_cond_signal(&st->cv);
     host_wait(c);
   }
-  st->ring[(st->head + st->count) % RING] = j;
-  st->count++;
+  st->ring[(st->head + atomic_load(&st->count)) % RING] = j;
+  atomic_fetch_add(&st->count, 1);
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Wakes STREAM's thread when it sleeps with jobs queued. When the first of
- * them waits for an event not yet done, the thread is left asleep, marked
- * blocked, and the event's completion wakes it (one wake-up, not two). The
- * signal comes after the unlock, so the woken thread does not find the
- * mutex still held and sleep again on it; the thread is marked awake here,
- * so a second flush before it runs signals no second time. */
+/* Lets STREAM's thread start on its queued jobs: nothing to do when it is
+ * awake or a poller will wake it; else a wake-up, unless its first job
+ * waits for an event not yet done (that event's completion wakes it). */
 static void cpu_flush(void *ctx, int stream) {
   Cpu *c = ctx;
   Stream *st = &c->streams[stream];
-  pthread_mutex_lock(&c->mu);
-  bool wake = st->idle && st->count > 0;
-  if (wake) {
-    const Job *j = &st->ring[st->head];
-    if (j->kind == JOB_WAIT && c->done[j->event] < j->target) st->blocked = true, wake = false;
-    else st->idle = false;
-  }
+  lock(c);
+  mark_blocked(c, st);
+  bool wake = !poller_alive(c) && claim_wake(c, st);
   pthread_mutex_unlock(&c->mu);
   if (wake) pthread_cond_signal(&st->cv);
 }
@@ -179,7 +298,7 @@ static void cpu_close(void *ctx) {
   Cpu *c = ctx;
   if (!c) return;
   pthread_mutex_lock(&c->mu);
-  c->stop = true;
+  atomic_store(&c->stop, true);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_signal(&c->streams[s].cv);
   pthread_mutex_unlock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
@@ -269,16 +388,14 @@ static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen
   Cpu *c = ctx;
   (void)err;
   (void)errlen;
-  pthread_mutex_lock(&c->mu);
+  lock(c);
   uint64_t target = ++c->issued[event];
   bool wake[3] = {false, false, false};
   if (stream == RT_STREAM_COMPUTE) {
-    c->done[event] = target;
+    atomic_store(&c->done[event], target);
     /* The calling thread is the only host waiter: only streams can sleep here. */
-    for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) {
-      wake[s] = c->streams[s].blocked;
-      c->streams[s].blocked = false;
-    }
+    bool polled = poller_alive(c);
+    for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) wake[s] = !polled && claim_wake(c, &c->streams[s]);
   }
   pthread_mutex_unlock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
@@ -291,10 +408,10 @@ static int cpu_wait(void *ctx, int stream, int event, char *err, size_t errlen) 
   Cpu *c = ctx;
   (void)err;
   (void)errlen;
-  pthread_mutex_lock(&c->mu);
+  lock(c);
   uint64_t target = c->issued[event];
   if (stream == RT_STREAM_COMPUTE)
-    while (c->done[event] < target) host_wait(c);
+    while (atomic_load(&c->done[event]) < target) host_wait(c);
   pthread_mutex_unlock(&c->mu);
   if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_WAIT, .event = event, .target = target});
   return RT_OK;
@@ -305,9 +422,9 @@ static int cpu_sync(void *ctx, char *err, size_t errlen) {
   (void)err;
   (void)errlen;
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) cpu_flush(c, s);
-  pthread_mutex_lock(&c->mu);
+  lock(c);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
-    while (c->streams[s].count > 0 || c->streams[s].busy) host_wait(c);
+    while (atomic_load(&c->streams[s].count) > 0 || c->streams[s].busy) host_wait(c);
   pthread_mutex_unlock(&c->mu);
   return RT_OK;
 }
