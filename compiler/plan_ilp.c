@@ -1501,10 +1501,16 @@ static void polish_x(void *ctx, double *cols) {
   ilp_eval(p->md, p->c.dec, cols, &pk);
 }
 
+/* What a solve minimizes: the step time, or the peak (with the MILP, or
+ * from the starts and the descent alone: a start for the time solve when
+ * none of the baselines fits, where the MILP's seconds would buy bytes
+ * nobody asked for). */
+typedef enum Goal { GOAL_TIME, GOAL_MEMORY, GOAL_MEMORY_QUICK } Goal;
+
 /* 0: solved (best->ok when something fits); 1: no start fits the limit,
  * so there is nothing to start from (the caller has the memory-minimizing
  * plan to offer as extra); -1: error. */
-static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, bool min_memory,
+static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, Goal goal,
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
                     Pool *pool, SolverInfo *si, Err *e) {
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
@@ -1520,7 +1526,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   int rc = -1;
   double *x = NULL;
   Decision *tmp = NULL;
-  if (ilp_build(&md, g, d, limit, min_memory, depth, e)) {
+  if (ilp_build(&md, g, d, limit, goal != GOAL_TIME, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
   }
@@ -1548,7 +1554,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     pc->objective = obj;
     pc->ok = true;
   }
-  if (!best->ok && !min_memory) {
+  if (!best->ok && goal == GOAL_TIME) {
     rc = 1;
     goto out;
   }
@@ -1559,6 +1565,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool counted = o->time_limit <= 0;
   long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m) : 0;
   improve(&md, best, limit, x, budget_s / 4, evals);
+  if (goal == GOAL_MEMORY_QUICK) {
+    rc = 0;
+    goto out;
+  }
   if (best->ok) {
     /* The start must respect the dominance bounds to be accepted. */
     for (int i = 0; i < g->nstashed; i++) {
@@ -1612,12 +1622,14 @@ out:
   return rc;
 }
 
-/* The memory-minimizing solve: its decisions and their arena. */
-static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, Decision *out, int64_t *arena, Err *e) {
+/* The memory-minimizing solve (goal GOAL_MEMORY or GOAL_MEMORY_QUICK): its
+ * decisions and their arena. */
+static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, Goal goal, Decision *out, int64_t *arena,
+                           Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   *arena = -1;
-  if (solve_at(g, d, o, INT64_MAX / 4, true, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
+  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
   *arena = p->arena_bytes;
@@ -1629,7 +1641,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
   Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   int64_t arena = -1;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, dec, &arena, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, dec, &arena, e);
   free(dec);
   return arena;
 }
@@ -1767,17 +1779,19 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   /* When no start fits, the memory-minimizing plan is the start (and,
    * should the solve find nothing better, the answer). */
   int64_t mm_arena = -1;
-  int have_mm = 0; /* 1: mm holds it, -1: the solve found none */
+  Goal mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
+  bool mm_ok = false;
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
     SolverInfo rsi = *si;
     pool.n = 0;
-    int s = solve_at(g, d, o, limit, false, have_mm > 0 ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
+    int s = solve_at(g, d, o, limit, GOAL_TIME, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
     if (s < 0) goto out;
-    if (s > 0) {
+    if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
-      if (have_mm) break;
-      have_mm = min_memory_plan(g, d, o, mm, &mm_arena, &e2) ? -1 : 1;
-      if (have_mm < 0) break;
+      if (mm_goal == GOAL_MEMORY) break;
+      mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY_QUICK;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, &e2) == 0;
+      if (!mm_ok) break;
       round--;
       continue;
     }
@@ -1848,8 +1862,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     /* The memory-minimizing solve fits whenever anything in the model does. */
     int64_t m = -1;
     Err e2;
-    if (!have_mm) have_mm = min_memory_plan(g, d, o, mm, &mm_arena, &e2) ? -1 : 1;
-    if (have_mm > 0) {
+    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, &e2) == 0;
+    if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
     }
