@@ -30,6 +30,7 @@
 #define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
 #define ILP_NODES 200        /* branch-and-bound nodes without --time-limit, at most */
 #define ILP_NODE_WORK 1e6    /* ... and at most this many matrix nonzeros times nodes */
+#define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
 #define ILP_LP_WORK 6e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
@@ -1415,34 +1416,10 @@ static int starts(const Graph *g, const Device *d, const PlanOptions *o, int64_t
   return n;
 }
 
-/* How far before its own need any start re-runs an op: the pull depth the
- * model must cover so that every start stays representable. */
-static int depth_needed(const Graph *g, Decision **st, int nst) {
-  int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
-  int depth = 0;
-  for (int i = 0; rerun && need && i < nst; i++) {
-    if (plan_family_positions(g, st[i], rerun, need)) continue;
-    for (int q = 0; q < g->nops; q++) {
-      if (rerun[q] < 0) continue;
-      int own = INT32_MAX;
-      const Op *o = &g->ops[q];
-      for (int k = 0; k < o->noutputs; k++) {
-        const Tensor *tv = &g->tensors[o->outputs[k]];
-        if (plan_regenerable(g, o->outputs[k]) && tv->stashed && tv->first_bwd_read < own) own = tv->first_bwd_read;
-      }
-      if (own != INT32_MAX && own - rerun[q] > depth) depth = own - rerun[q];
-    }
-  }
-  free(rerun);
-  free(need);
-  return depth;
-}
-
 /* Graphs up to this many ops get the full pull closure; larger ones a
  * bounded depth (docs/PLANNING.md, "Scale"). */
 #define ILP_FULL_OPS 300
 #define ILP_DEPTH 24
-#define ILP_MAX_DEPTH 48
 
 /* Starts within the limit, kept for the final choice by simulation. */
 #define ILP_POOL 8
@@ -1470,8 +1447,8 @@ static void remove_dominated(Ilp *md) {
 
 /* Branch-and-bound nodes without --time-limit: a node re-solves an LP of
  * the model's size, so large models get fewer. */
-static long node_limit(const MilpModel *m) {
-  double n = ILP_NODE_WORK / fmax(1, (double)m->nnz);
+static long node_limit(const MilpModel *m, double work) {
+  double n = work / fmax(1, (double)m->nnz);
   return n >= ILP_NODES ? ILP_NODES : n < 1 ? 1 : (long)n;
 }
 
@@ -1487,18 +1464,48 @@ typedef struct Polish {
   Candidate c;
 } Polish;
 
-static void polish_x(void *ctx, double *cols) {
+/* Decisions rounded from a fractional point whose peak is over the limit:
+ * the tensors the point keeps least go, one at a time, to the choice it
+ * prefers after keep, while that lowers the peak, until it fits. One
+ * evaluation per tensor at most, in the point's own order. */
+static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t limit, double *x) {
+  const Graph *g = md->g;
+  int64_t peak;
+  if (ilp_eval(md, dec, x, &peak) || peak <= limit) return;
+  int *order = util_xcalloc((size_t)g->nstashed + 1, sizeof(int)), n = 0;
+  if (!order) return;
+  for (int i = 0; i < g->nstashed; i++)
+    if (md->colK[g->stashed[i]] >= 0 && dec[g->stashed[i]] == DEC_KEEP) order[n++] = g->stashed[i];
+  for (int i = 1; i < n; i++) /* insertion sort by the point's K, ties by tensor: deterministic */
+    for (int j = i; j > 0; j--) {
+      int a = order[j - 1], b = order[j];
+      if (cols[md->colK[a]] < cols[md->colK[b]] || (cols[md->colK[a]] == cols[md->colK[b]] && a < b)) break;
+      order[j - 1] = b, order[j] = a;
+    }
+  for (int i = 0; i < n && peak > limit; i++) {
+    int t = order[i];
+    bool offload_allowed = md->m.col_ub[md->colO[t]] > 0;
+    dec[t] = offload_allowed && cols[md->colO[t]] > cols[md->colR[t]] ? DEC_OFFLOAD : DEC_RECOMPUTE;
+    int64_t pk;
+    if (ilp_eval(md, dec, x, &pk) == 0 && pk < peak) peak = pk;
+    else dec[t] = DEC_KEEP;
+  }
+  free(order);
+}
+
+static bool polish_x(void *ctx, double *cols) {
   Polish *p = ctx;
   Decision *dec = util_xcalloc((size_t)p->md->g->ntensors + 1, sizeof(Decision));
-  if (!dec) return;
+  if (!dec) return false;
   decisions_from_x(p->md, cols, dec);
+  repair(p->md, cols, dec, p->limit, p->x);
   p->c.ok = false;
   consider(p->md, &p->c, dec, p->limit, p->x);
   free(dec);
-  if (!p->c.ok) return;
+  if (!p->c.ok) return false;
   improve(p->md, &p->c, p->limit, p->x, p->seconds, p->evals);
   int64_t pk;
-  ilp_eval(p->md, p->c.dec, cols, &pk);
+  return ilp_eval(p->md, p->c.dec, cols, &pk) == 0;
 }
 
 /* What a solve minimizes: the step time, or the peak (with the MILP, or
@@ -1519,9 +1526,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   for (int i = 0; i < 2; i++)
     if (more[i] && (st[nst] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))))
       memcpy(st[nst++], more[i], (size_t)g->ntensors * sizeof(Decision));
-  int depth = g->nops <= ILP_FULL_OPS ? 0 : depth_needed(g, st, nst);
-  if (g->nops > ILP_FULL_OPS && depth < ILP_DEPTH) depth = ILP_DEPTH;
-  if (depth > ILP_MAX_DEPTH) depth = ILP_MAX_DEPTH;
+  int depth = g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH;
   Ilp md;
   int rc = -1;
   double *x = NULL;
@@ -1563,7 +1568,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   /* Without --time-limit the work is counted, not timed, so the same
    * inputs give the same plan (ILP_SAFETY seconds stay as a backstop). */
   bool counted = o->time_limit <= 0;
-  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m) : 0;
+  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m, ILP_NODE_WORK) : 0;
   improve(&md, best, limit, x, budget_s / 4, evals);
   if (goal == GOAL_MEMORY_QUICK) {
     rc = 0;
@@ -1582,7 +1587,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   Polish pol = {.md = &md, .limit = limit, .x = x, .evals = evals, .seconds = budget_s / 4, .c = {.dec = tmp}};
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
-                    .neighbourhood_nodes = counted ? ILP_NODES : 0,
+                    .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
                     .good_gap = counted && nodes < ILP_NODES ? ILP_GOOD_GAP : 0,
                     .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
                     .polish = polish_x, .polish_ctx = &pol};

@@ -431,9 +431,10 @@ typedef struct MilpOptions {
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
   long lp_iterations;       /* simplex iterations for the relaxation, 0: none */
-  /* Improves a solution (all ncols values) in place before branch and
-   * bound starts from it: the caller's exact evaluation, e.g. a descent. */
-  void (*polish)(void *ctx, double *x);
+  /* Makes x (all ncols values; a solution, or the LP relaxation's point)
+   * a better solution in place, by the caller's exact evaluation (e.g.
+   * rounding, repair and a descent); false when it has none to give. */
+  bool (*polish)(void *ctx, double *x);
   void *polish_ctx;
 } MilpOptions;
 
