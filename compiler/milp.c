@@ -368,6 +368,8 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   if (solved) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
     r->objective = glp_mip_obj_val(P) + m->obj_offset;
+    /* Judged like every other candidate, by the caller's evaluation. */
+    if (o->polish && o->polish(o->polish_ctx, r->x)) r->objective = obj_of(m, r->x);
     if (rc == 0 && st == GLP_OPT) {
       r->status = MILP_OPTIMAL;
       /* Within mip_gap of the best node: the bound is what closed it. */
