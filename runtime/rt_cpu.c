@@ -26,7 +26,7 @@ enum { RING = 4096 };
  * until woken. A look later than promised by more than POLL_GAP_NS means
  * the poller was preempted. Measured on offload-all schedules (bench/
  * RESULTS.md): a longer spin costs a core for little; without the doze the
- * compute thread still wakes a copy thread about 35 times a step. */
+ * compute thread still wakes a copy thread 25-36 times a step. */
 enum { SPIN_NS = 200000, DOZE_NS = 50000, DOZE_LATE_NS = 100000, POLL_NS = 20000000, POLL_GAP_NS = 50000 };
 
 typedef struct Job {
@@ -136,8 +136,8 @@ static void mark_blocked(Cpu *c, Stream *st) {
   }
 }
 
-/* Whether a poller will see to sleeping threads: one polls and looked at
- * the rings within POLL_GAP_SECONDS. */
+/* Whether a poller will see to sleeping threads: one polls and is not
+ * late, by more than POLL_GAP_NS, for the look it promised. */
 static bool poller_alive(Cpu *c) {
   return atomic_load(&c->poller) != 0 && now_ns() - atomic_load(&c->next_look_ns) < POLL_GAP_NS;
 }
