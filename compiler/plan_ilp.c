@@ -1508,11 +1508,12 @@ static bool polish_x(void *ctx, double *cols) {
   return ilp_eval(p->md, p->c.dec, cols, &pk) == 0;
 }
 
-/* What a solve minimizes: the step time, or the peak (with the MILP, or
- * from the starts and the descent alone: a start for the time solve when
+/* What a solve minimizes: the step time or the peak, with the MILP or from
+ * the starts and the descent alone (quick): a start for the time solve when
  * none of the baselines fits, where the MILP's seconds would buy bytes
- * nobody asked for). */
-typedef enum Goal { GOAL_TIME, GOAL_MEMORY, GOAL_MEMORY_QUICK } Goal;
+ * nobody asked for; and a fragmentation round after the relaxation did not
+ * finish, as its tightened rows would not let it finish either. */
+typedef enum Goal { GOAL_TIME, GOAL_TIME_QUICK, GOAL_MEMORY, GOAL_MEMORY_QUICK } Goal;
 
 /* 0: solved (best->ok when something fits); 1: no start fits the limit,
  * so there is nothing to start from (the caller has the memory-minimizing
@@ -1531,7 +1532,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   int rc = -1;
   double *x = NULL;
   Decision *tmp = NULL;
-  if (ilp_build(&md, g, d, limit, goal != GOAL_TIME, depth, e)) {
+  if (ilp_build(&md, g, d, limit, goal == GOAL_MEMORY || goal == GOAL_MEMORY_QUICK, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
   }
@@ -1559,7 +1560,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     pc->objective = obj;
     pc->ok = true;
   }
-  if (!best->ok && goal == GOAL_TIME) {
+  if (!best->ok && (goal == GOAL_TIME || goal == GOAL_TIME_QUICK)) {
     rc = 1;
     goto out;
   }
@@ -1570,7 +1571,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool counted = o->time_limit <= 0;
   long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m, ILP_NODE_WORK) : 0;
   improve(&md, best, limit, x, budget_s / 4, evals);
-  if (goal == GOAL_MEMORY_QUICK) {
+  if (goal == GOAL_TIME_QUICK || goal == GOAL_MEMORY_QUICK) {
+    snprintf(si->status, sizeof si->status, "feasible");
+    si->objective = best->objective;
+    si->seconds = si->bound = 0;
     rc = 0;
     goto out;
   }
@@ -1789,7 +1793,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
     SolverInfo rsi = *si;
     pool.n = 0;
-    int s = solve_at(g, d, o, limit, GOAL_TIME, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
+    Goal goal = round > 0 && bound == 0 ? GOAL_TIME_QUICK : GOAL_TIME;
+    int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
