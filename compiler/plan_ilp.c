@@ -1452,9 +1452,10 @@ static long node_limit(const MilpModel *m, double work) {
   return n >= ILP_NODES ? ILP_NODES : n < 1 ? 1 : (long)n;
 }
 
-/* The solver's hook for its own solutions (milp.c's polish): the
- * decisions read from x are improved by the descent and written back as
- * the exact columns of the improved decisions. */
+/* The solver's hook for its own solutions and the LP's point (milp.c's
+ * polish): the decisions read from x (the largest of K/R/O, repaired to the
+ * limit where over it) are improved by the descent and written back as the
+ * exact columns of the improved decisions. */
 typedef struct Polish {
   const Ilp *md;
   int64_t limit;
