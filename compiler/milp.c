@@ -365,6 +365,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   rc = glp_intopt(P, &iocp);
   int st = glp_mip_status(P);
   bool solved = st == GLP_OPT || st == GLP_FEAS;
+  MilpStatus stopped = (rc == GLP_ETMLIM || cb.stopped) && !cb.counted_out ? MILP_TIME_LIMIT : MILP_FEASIBLE;
   if (solved) {
     for (int c = 0; c < m->ncols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
     r->objective = glp_mip_obj_val(P) + m->obj_offset;
@@ -375,7 +376,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
       /* Within mip_gap of the best node: the bound is what closed it. */
       if (cb.bound > r->objective || rc == 0) r->bound = fmin(r->objective, fmax(cb.bound, r->bound));
     } else {
-      r->status = (rc == GLP_ETMLIM || cb.stopped) && !cb.counted_out ? MILP_TIME_LIMIT : MILP_FEASIBLE;
+      r->status = stopped;
       r->bound = fmax(cb.bound, r->bound);
     }
   } else if (st == GLP_NOFEAS) {
@@ -390,7 +391,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   if (start && st != GLP_NOFEAS && (!solved || r->objective > start_obj)) {
     memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
     r->objective = start_obj;
-    r->status = (rc == GLP_ETMLIM || cb.stopped) && !cb.counted_out ? MILP_TIME_LIMIT : MILP_FEASIBLE;
+    r->status = stopped;
     r->bound = fmin(start_obj, fmax(cb.bound, r->bound));
   }
   free(sub), free(nb);

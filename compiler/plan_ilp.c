@@ -34,7 +34,7 @@
 #define ILP_LP_WORK 6e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
-#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models whose nodes are costly, the second neighbourhood and the tree are skipped */
+#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models whose nodes are costly, the neighbourhoods and the tree are skipped */
 
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
@@ -1509,17 +1509,18 @@ static bool polish_x(void *ctx, double *cols) {
   return ilp_eval(p->md, p->c.dec, cols, &pk) == 0;
 }
 
-/* What a solve minimizes: the step time or the peak, with the MILP or from
- * the starts and the descent alone (quick): a start for the time solve when
- * none of the baselines fits, where the MILP's seconds would buy bytes
- * nobody asked for; and a fragmentation round after the relaxation did not
- * finish, as its tightened rows would not let it finish either. */
-typedef enum Goal { GOAL_TIME, GOAL_TIME_QUICK, GOAL_MEMORY, GOAL_MEMORY_QUICK } Goal;
+/* What a solve does, as flags: it minimizes the step time (GOAL_TIME) or
+ * the peak (GOAL_MEMORY), with the MILP or, GOAL_QUICK, from the starts and
+ * the descent alone: a start for the time solve when none of the baselines
+ * fits, where the MILP's seconds would buy bytes nobody asked for; and a
+ * fragmentation round after the relaxation did not finish, as its tightened
+ * rows would not let it finish either. */
+enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2 };
 
 /* 0: solved (best->ok when something fits); 1: no start fits the limit,
  * so there is nothing to start from (the caller has the memory-minimizing
  * plan to offer as extra); -1: error. */
-static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, Goal goal,
+static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, int goal,
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
                     Pool *pool, SolverInfo *si, Err *e) {
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
@@ -1533,7 +1534,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   int rc = -1;
   double *x = NULL;
   Decision *tmp = NULL;
-  if (ilp_build(&md, g, d, limit, goal == GOAL_MEMORY || goal == GOAL_MEMORY_QUICK, depth, e)) {
+  if (ilp_build(&md, g, d, limit, goal & GOAL_MEMORY, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
   }
@@ -1561,7 +1562,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     pc->objective = obj;
     pc->ok = true;
   }
-  if (!best->ok && (goal == GOAL_TIME || goal == GOAL_TIME_QUICK)) {
+  if (!best->ok && !(goal & GOAL_MEMORY)) {
     rc = 1;
     goto out;
   }
@@ -1572,7 +1573,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool counted = o->time_limit <= 0;
   long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m, ILP_NODE_WORK) : 0;
   improve(&md, best, limit, x, budget_s / 4, evals);
-  if (goal == GOAL_TIME_QUICK || goal == GOAL_MEMORY_QUICK) {
+  if (goal & GOAL_QUICK) {
     snprintf(si->status, sizeof si->status, "feasible");
     si->objective = best->objective;
     si->seconds = si->bound = 0;
@@ -1632,9 +1633,9 @@ out:
   return rc;
 }
 
-/* The memory-minimizing solve (goal GOAL_MEMORY or GOAL_MEMORY_QUICK): its
- * decisions and their arena. */
-static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, Goal goal, Decision *out, int64_t *arena,
+/* The memory-minimizing solve (goal GOAL_MEMORY, with GOAL_QUICK or not):
+ * its decisions and their arena. */
+static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, Decision *out, int64_t *arena,
                            Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
@@ -1783,24 +1784,26 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   best_s = HUGE_VAL;
   /* Fragmentation: an arena over the budget tightens the rows and
    * re-solves, while the solver's answer would beat the best that fits. */
-  double bound = 0; /* the first round's: later rounds' tightened rows do not bound this budget's problem */
+  /* The first round's (later rounds' tightened rows do not bound this
+   * budget's problem); 0 when its relaxation did not finish. */
+  double bound = 0;
   double seconds = 0;
   bool picked = false;
   /* When no start fits, the memory-minimizing plan is the start (and,
    * should the solve find nothing better, the answer). */
   int64_t mm_arena = -1;
-  Goal mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
+  int mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
   bool mm_ok = false;
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
     SolverInfo rsi = *si;
     pool.n = 0;
-    Goal goal = round > 0 && bound == 0 ? GOAL_TIME_QUICK : GOAL_TIME;
+    int goal = round > 0 && bound == 0 ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
     int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
-      mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY_QUICK;
+      mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
       mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, &e2) == 0;
       if (!mm_ok) break;
       round--;

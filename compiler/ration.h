@@ -425,7 +425,7 @@ typedef struct MilpOptions {
   const char *solver; /* glpk | cbc */
   double time_limit;  /* seconds, <= 0: none */
   double mip_gap;     /* relative gap at which a solution counts as optimal */
-  double good_gap;    /* ... and at which the costly steps (a second neighbourhood, the tree) are skipped */
+  double good_gap;    /* ... and at which the costly steps (the neighbourhoods, the tree) are skipped */
   bool quiet;         /* no progress lines on stderr */
   bool lp_only;       /* solve the LP relaxation only */
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
