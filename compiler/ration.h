@@ -429,6 +429,7 @@ typedef struct MilpOptions {
   bool quiet;         /* no progress lines on stderr */
   bool lp_only;       /* solve the LP relaxation only */
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
+  bool skip_tree;     /* the neighbourhoods' answer stands: no branch and bound */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
   long lp_iterations;       /* simplex iterations for the relaxation, 0: none */
   /* Makes x (all ncols values; a solution, or the LP relaxation's point)
