@@ -1415,7 +1415,7 @@ static int cmp_move(const void *a, const void *b) {
 
 #define ILP_GAINERS 16 /* gainers that fail before an exchange gives up */
 #define ILP_PAYERS 12  /* payers tried per step, the cheapest per byte */
-#define ILP_STEPS 12    /* payers taken per gainer, at most */
+#define ILP_STEPS 12   /* payers taken per gainer, at most */
 
 /* Every single change from best: gainers (faster but over the limit),
  * sorted by their gain; payers (from keep, no faster), sorted by cost per
@@ -1445,7 +1445,7 @@ static void score_moves(const Ilp *md, const Candidate *best, int64_t limit, dou
   qsort(pay, (size_t)*npay, sizeof(Move), cmp_move);
 }
 
-/* Pays for gainer a, applied to cur at (peak, obj): each step takes, among
+/* Pays for the gainer, applied to cur at (peak, obj): each step takes, among
  * the cheapest payers per byte (half of them re-runs, half offloads: small
  * offloads are free alone and crowd out every re-run), the one that lowers
  * the peak at the least cost per byte here (offloads next to each other
@@ -1484,7 +1484,7 @@ static void pay_for(const Ilp *md, Decision *cur, const Move *gainer, const Move
  * on llama3-8b at the midpoint: the LP's rounded point polished by single
  * changes ends 1.7% above the bound, with exchanges 0.25%. Returns true
  * when best improved. */
-static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, long *evals) {
+static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, long *evals, double deadline) {
   const Graph *g = md->g;
   Decision *cur = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Move *gain = util_xcalloc((size_t)g->nstashed * 2 + 1, sizeof(Move)), *pay = util_xcalloc((size_t)g->nstashed * 2 + 1, sizeof(Move));
@@ -1493,7 +1493,8 @@ static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, l
   if (cur && gain && pay) score_moves(md, best, limit, x, cur, evals, gain, &ngain, pay, &npay);
   /* After an accepted exchange the scores are stale but their order
    * still guides: each gainer is evaluated again where it is tried. */
-  for (int a = 0, failed = 0; cur && gain && pay && a < ngain && failed < ILP_GAINERS && *evals > 0; a++) {
+  for (int a = 0, failed = 0; cur && gain && pay && a < ngain && failed < ILP_GAINERS && *evals > 0 && seconds_now() < deadline;
+       a++) {
     double base = best->objective;
     if (cur[gain[a].t] == gain[a].to) continue;
     cur[gain[a].t] = gain[a].to;
@@ -1544,7 +1545,7 @@ static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, do
         memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
       }
     }
-  } while (exchanges && evals > 0 && seconds_now() - t0 < budget_s && exchange(md, best, limit, x, &evals));
+  } while (exchanges && evals > 0 && seconds_now() - t0 < budget_s && exchange(md, best, limit, x, &evals, t0 + budget_s));
   free(cur);
 }
 
