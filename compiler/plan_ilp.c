@@ -32,7 +32,7 @@
 #define ILP_NODE_WORK 1e6    /* ... and at most this many matrix nonzeros times nodes */
 #define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
 #define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
-#define ILP_LP_WORK 6e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
+#define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
