@@ -41,10 +41,10 @@ for m in gpt2-tiny llama-tiny; do
 done
 
 busy() { awk '/^cpu /{ print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+idle_total() { awk '/^cpu /{ print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 quiet() {
   while :; do
-    a=$(awk '/^cpu /{ print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat); sleep 2
-    b=$(awk '/^cpu /{ print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+    a=$(idle_total); sleep 2; b=$(idle_total)
     echo "$a $b" | awk '{ exit !(($3 - $1) >= 0.9 * ($4 - $2)) }' && return
   done
 }

@@ -341,7 +341,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     fprintf(stderr, "ilp: incumbent %.6g bound %.6g gap %.3f%% %.1f s\n", start_obj, r->bound,
             100 * rel_gap(start_obj, r->bound), now() - t0);
   if (start && (o->skip_tree || rel_gap(start_obj, r->bound) <= fmax(o->mip_gap, o->good_gap))) {
-    /* Within the gap of the LP bound: nothing for branch and bound to do. */
+    /* Within the gap of the LP bound, or no tree asked for: the start stands. */
     memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
     r->objective = start_obj;
     r->status = rel_gap(start_obj, r->bound) <= o->mip_gap ? MILP_OPTIMAL : MILP_FEASIBLE;

@@ -1635,9 +1635,10 @@ static long node_limit(const MilpModel *m, double work) {
 }
 
 /* The solver's hook for its own solutions and the LP's point (milp.c's
- * polish): the decisions read from x (the largest of K/R/O, repaired to the
- * limit where over it) are improved by the descent and written back as the
- * exact columns of the improved decisions. */
+ * polish): the decisions read from x (rounded two ways, each repaired to
+ * the limit where over it) are improved by the descent with exchanges,
+ * offered to the pool, and written back as the exact columns of the
+ * improved decisions. */
 typedef struct Polish {
   const Ilp *md;
   int64_t limit;
@@ -1748,12 +1749,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     double obj = modelled ? objective_of(&md, x) : NAN;
     if (modelled) offer(&md, best, st[i], pk, obj, limit);
     /* Starts outside a depth-bounded model still go to the simulator. */
-    if (!pool || pool->n == ILP_POOL || (modelled && pk > o->budget_bytes)) continue;
-    Candidate *pc = &pool->c[pool->n++];
-    memcpy(pc->dec, st[i], (size_t)g->ntensors * sizeof(Decision));
-    pc->peak = modelled ? pk : -1;
-    pc->objective = obj;
-    pc->ok = true;
+    if (!modelled || pk <= o->budget_bytes)
+      pool_add(pool, g, &(Candidate){.dec = st[i], .peak = modelled ? pk : -1, .objective = obj});
   }
   if (!best->ok && !(goal & GOAL_MEMORY)) {
     rc = 1;
@@ -1764,8 +1761,9 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   /* Without --time-limit the work is counted, not timed, so the same
    * inputs give the same plan (ILP_SAFETY seconds stay as a backstop). */
   bool counted = o->time_limit <= 0;
-  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX,
-       xevals = counted ? (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed : LONG_MAX, nodes = counted ? node_limit(&md.m, ILP_NODE_WORK) : 0;
+  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX;
+  long xevals = counted ? (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed : LONG_MAX;
+  long nodes = counted ? node_limit(&md.m, ILP_NODE_WORK) : 0;
   improve(&md, best, limit, x, budget_s / 4, evals, false);
   if (goal & GOAL_QUICK) {
     snprintf(si->status, sizeof si->status, "feasible");
