@@ -14,6 +14,7 @@
 
 #include <coin/Cbc_C_Interface.h>
 #include <glpk.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +182,10 @@ static int bound_type(double lb, double ub) {
   return lb > -HUGE_VAL ? (ub < HUGE_VAL ? (lb == ub ? GLP_FX : GLP_DB) : GLP_LO) : (ub < HUGE_VAL ? GLP_UP : GLP_FR);
 }
 
+static void set_col_bounds(glp_prob *P, int c, double lb, double ub) {
+  glp_set_col_bnds(P, c + 1, bound_type(lb, ub), lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+}
+
 static glp_prob *glpk_load(const MilpModel *m) {
   glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
@@ -188,7 +193,7 @@ static glp_prob *glpk_load(const MilpModel *m) {
   if (m->nrows) glp_add_rows(P, m->nrows);
   for (int c = 0; c < m->ncols; c++) {
     double lb = m->col_lb[c], ub = m->col_ub[c];
-    glp_set_col_bnds(P, c + 1, bound_type(lb, ub), lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+    set_col_bounds(P, c, lb, ub);
     glp_set_obj_coef(P, c + 1, m->obj[c]);
     if (m->col_int[c]) glp_set_col_kind(P, c + 1, GLP_IV);
   }
@@ -259,6 +264,42 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
   return found;
 }
 
+/* The LP relaxation, glp_simplex's return code. With o->loose_ub, first
+ * the problem at those (looser) column bounds by the primal simplex; its
+ * optimal basis stays dual feasible when the bounds are put back, and the
+ * dual simplex goes on from there. Where a tight memory limit makes the
+ * primal's first phase long, that is faster (llama3-8b at its smallest
+ * budget: 13,023 iterations, 27 s, where the primal needs over 38,000; see
+ * docs/PLANNING.md 5.3). When the dual stops at the iteration count, *bound
+ * still gets a valid lower bound: the dual's objective if its basis is dual
+ * feasible, else the looser problem's optimum; -HUGE_VAL when there is
+ * none. */
+static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp *smcp, double *bound) {
+  *bound = -HUGE_VAL;
+  if (!o->loose_ub) return glp_simplex(P, smcp);
+  for (int c = 0; c < m->ncols; c++)
+    if (o->loose_ub[c] != m->col_ub[c]) set_col_bounds(P, c, m->col_lb[c], o->loose_ub[c]);
+  int rc = glp_simplex(P, smcp);
+  bool loose_ok = rc == 0 && glp_get_status(P) == GLP_OPT;
+  double loose_obj = glp_get_obj_val(P) + m->obj_offset;
+  for (int c = 0; c < m->ncols; c++)
+    if (o->loose_ub[c] != m->col_ub[c]) set_col_bounds(P, c, m->col_lb[c], m->col_ub[c]);
+  if (!loose_ok) return rc ? rc : GLP_EFAIL;
+  int left = smcp->it_lim - glp_get_it_cnt(P);
+  if (smcp->it_lim < INT_MAX && left <= 0) {
+    *bound = loose_obj;
+    return GLP_EITLIM;
+  }
+  glp_smcp dual = *smcp;
+  dual.meth = GLP_DUAL;
+  dual.presolve = GLP_OFF; /* the presolver would drop the basis */
+  if (smcp->it_lim < INT_MAX) dual.it_lim = left;
+  rc = glp_simplex(P, &dual);
+  if (rc == GLP_EITLIM || rc == GLP_ETMLIM)
+    *bound = glp_get_dual_stat(P) == GLP_FEAS ? fmax(loose_obj, glp_get_obj_val(P) + m->obj_offset) : loose_obj;
+  return rc;
+}
+
 static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   glp_term_out(GLP_OFF);
   glp_prob *P = glpk_load(m);
@@ -271,13 +312,15 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   smcp.presolve = GLP_ON;
   if (o->time_limit > 0) smcp.tm_lim = (int)fmin(o->time_limit * 1000, 2e9);
   if (o->lp_iterations > 0) smcp.it_lim = (int)fmin((double)o->lp_iterations, 2e9);
-  int rc = glp_simplex(P, &smcp);
+  double partial_bound;
+  int rc = relax(P, m, o, &smcp, &partial_bound);
   if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
     r->status = MILP_INFEASIBLE;
     goto done;
   }
   if (rc == GLP_EITLIM || rc == GLP_ETMLIM) {
     r->status = MILP_NO_SOLUTION;
+    r->bound = isfinite(partial_bound) ? partial_bound : 0;
     goto done;
   }
   if (rc != 0 || glp_get_status(P) != GLP_OPT) {
@@ -316,7 +359,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * what the first misses when the LP's fixings leave only poor solutions
    * (unet at f = 0.3: 36,933 -> 33,501 us polished; 33,224 with all 200
    * nodes). */
-  for (int pass = -1; pass < 2 && rel_gap(start_obj, r->bound) > o->mip_gap; pass++) {
+  for (int pass = -1; pass < o->neighbourhoods && rel_gap(start_obj, r->bound) > o->mip_gap; pass++) {
     bool found;
     if (pass < 0) {
       if (!o->polish) continue;

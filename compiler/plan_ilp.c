@@ -1634,6 +1634,24 @@ static long node_limit(const MilpModel *m, double work) {
   return n >= ILP_NODES ? ILP_NODES : n < 1 ? 1 : (long)n;
 }
 
+/* Column upper bounds with the memory rows' limit halfway to the keep-all
+ * peak: the looser problem whose basis warm-starts the relaxation's dual
+ * simplex (milp.c's relax), for budgets that only plans with offloads meet,
+ * where the primal's first phase is long (docs/PLANNING.md 5.3). NULL when
+ * keep-all fits. */
+static double *loose_bounds(const Ilp *md, int64_t limit, Decision *dec, double *x) {
+  const Graph *g = md->g;
+  for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+  for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = DEC_KEEP;
+  int64_t keep_all;
+  if (ilp_eval(md, dec, x, &keep_all) || keep_all <= limit) return NULL;
+  double *ub = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double));
+  if (!ub) return NULL;
+  memcpy(ub, md->m.col_ub, (size_t)md->m.ncols * sizeof(double));
+  for (int p = 0; p < md->npos; p++) ub[md->mcol[p]] = (double)(limit + (keep_all - limit) / 2) / ILP_UNIT;
+  return ub;
+}
+
 /* The solver's hook for its own solutions and the LP's point (milp.c's
  * polish): the decisions read from x (rounded two ways, each repaired to
  * the limit where over it) are improved by the descent with exchanges,
@@ -1703,6 +1721,12 @@ static bool polish_x(void *ctx, double *cols) {
   return ilp_eval(p->md, p->c.dec, cols, &pk) == 0;
 }
 
+static bool offloads_any(const Graph *g, const Decision *dec) {
+  for (int i = 0; i < g->nstashed; i++)
+    if (dec[g->stashed[i]] == DEC_OFFLOAD) return true;
+  return false;
+}
+
 /* What a solve does, as flags: it minimizes the step time (GOAL_TIME) or
  * the peak (GOAL_MEMORY), with the MILP or, GOAL_QUICK, from the starts and
  * the descent alone: a start for the time solve when none of the baselines
@@ -1711,12 +1735,14 @@ static bool polish_x(void *ctx, double *cols) {
  * rows would not let it finish either. */
 enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2 };
 
-/* 0: solved (best->ok when something fits); 1: no start fits the limit,
- * so there is nothing to start from (the caller has the memory-minimizing
- * plan to offer as extra); -1: error. */
+/* 0: solved (best->ok when something fits; *relaxed when the LP
+ * relaxation finished); 1: no start fits the limit, so there is nothing to
+ * start from (the caller has the memory-minimizing plan to offer as extra);
+ * -1: error. */
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, int goal,
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
-                    Pool *pool, SolverInfo *si, Err *e) {
+                    Pool *pool, SolverInfo *si, bool *relaxed, Err *e) {
+  *relaxed = false;
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
   int nst = starts(g, d, o, limit, st);
   const Decision *more[2] = {extra, o->hint};
@@ -1726,7 +1752,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   int depth = g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH;
   Ilp md;
   int rc = -1;
-  double *x = NULL;
+  double *x = NULL, *loose = NULL;
   Decision *tmp = NULL;
   if (ilp_build(&md, g, d, limit, goal & GOAL_MEMORY, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
@@ -1743,11 +1769,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     goto out;
   }
   best->ok = false;
+  bool recompute_only_fits = false;
   for (int i = 0; i < nst; i++) {
     int64_t pk;
     bool modelled = ilp_eval(&md, st[i], x, &pk) == 0;
     double obj = modelled ? objective_of(&md, x) : NAN;
     if (modelled) offer(&md, best, st[i], pk, obj, limit);
+    if (modelled && pk <= limit && !offloads_any(g, st[i])) recompute_only_fits = true;
     /* Starts outside a depth-bounded model still go to the simulator. */
     if (!modelled || pk <= o->budget_bytes)
       pool_add(pool, g, &(Candidate){.dec = st[i], .peak = modelled ? pk : -1, .objective = obj});
@@ -1783,11 +1811,20 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = objective_of(&md, md.m.start);
   }
   Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .seconds = budget_s / 4, .c = {.dec = tmp}};
+  /* The largest models (no tree): where only plans that offload fit, the
+   * relaxation is warm-started from a looser one (loose_bounds) and no
+   * neighbourhood follows, as its own LP is as tight (llama3-8b at its
+   * smallest budget: 64 + 26 s, nothing found); elsewhere only the first
+   * neighbourhood: the second found nothing at llama3-8b's f = 0.2-0.4
+   * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
+   * us. */
+  bool no_tree = counted && nodes <= ILP_TREE_MIN_NODES;
+  loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, tmp, x) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
                     .good_gap = counted && nodes < ILP_NODES ? ILP_GOOD_GAP : 0,
-                    .skip_tree = counted && nodes <= ILP_TREE_MIN_NODES,
+                    .skip_tree = no_tree, .loose_ub = loose, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
                     .polish = polish_x, .polish_ctx = &pol};
   MilpResult r;
@@ -1810,7 +1847,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
-  si->bound = r.status == MILP_INFEASIBLE || isnan(r.lp_x[md.m.ncols]) ? 0 : r.bound;
+  *relaxed = !isnan(r.lp_x[md.m.ncols]);
+  si->bound = r.status == MILP_INFEASIBLE ? 0 : r.bound;
   if (best->ok) {
     si->objective = best->objective;
     si->bound = r.status == MILP_INFEASIBLE ? best->objective : fmin(r.bound, best->objective);
@@ -1823,6 +1861,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
 out:
   for (int i = 0; i < nst; i++) free(st[i]);
   free(x);
+  free(loose);
   free(tmp);
   ilp_free(&md);
   return rc;
@@ -1834,8 +1873,10 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
                            Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
+  bool relaxed;
   *arena = -1;
-  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, e) || !c.ok) return -1;
+  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, &relaxed, e) || !c.ok)
+    return -1;
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
   *arena = p->arena_bytes;
@@ -1980,8 +2021,10 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   /* Fragmentation: an arena over the budget tightens the rows and
    * re-solves, while the solver's answer would beat the best that fits. */
   /* The first round's (later rounds' tightened rows do not bound this
-   * budget's problem); 0 when its relaxation did not finish. */
+   * budget's problem); when its relaxation did not finish, the later rounds
+   * use the starts and the descent alone, as theirs would not either. */
   double bound = 0;
+  bool relaxed = false;
   double seconds = 0;
   bool picked = false;
   /* When no start fits, the memory-minimizing plan is the start (and,
@@ -1992,8 +2035,9 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
     SolverInfo rsi = *si;
     pool.n = 0;
-    int goal = round > 0 && bound == 0 ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
-    int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, e);
+    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
+    bool rel = false;
+    int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel, e);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
@@ -2005,7 +2049,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       continue;
     }
     seconds += rsi.seconds;
-    if (round == 0) bound = rsi.bound;
+    if (round == 0) bound = rsi.bound, relaxed = rel;
     /* The objective estimates stalls; the simulator has the last word
      * among the solution and the starts (so no baseline is ever better). */
     const Candidate *pick = NULL;

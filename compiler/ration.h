@@ -431,7 +431,12 @@ typedef struct MilpOptions {
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
   bool skip_tree;     /* the neighbourhoods' answer stands: no branch and bound */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
+  int neighbourhoods;       /* ... searched: 0, 1 (around the LP) or 2 (then the LP and the incumbent) */
   long lp_iterations;       /* simplex iterations for the relaxation, 0: none */
+  /* GLPK: column upper bounds of a looser problem (>= the real ones) whose
+   * optimal basis warm-starts the dual simplex on the real one; NULL: the
+   * primal simplex from scratch. */
+  const double *loose_ub;
   /* Makes x (all ncols values; a solution, or the LP relaxation's point)
    * a better solution in place, by the caller's exact evaluation (e.g.
    * rounding, repair and a descent); false when it has none to give. */
