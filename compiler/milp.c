@@ -14,7 +14,6 @@
 
 #include <coin/Cbc_C_Interface.h>
 #include <glpk.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,10 +271,10 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
  * budget: 13,023 iterations, 27 s, where the primal needs over 38,000; see
  * docs/PLANNING.md 5.3). When the dual stops at the iteration count, *bound
  * still gets a valid lower bound: the dual's objective if its basis is dual
- * feasible, else the looser problem's optimum; -HUGE_VAL when there is
- * none. */
+ * feasible, else the looser problem's optimum; 0 (the result's "none")
+ * when the looser problem did not finish either. */
 static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp *smcp, double *bound) {
-  *bound = -HUGE_VAL;
+  *bound = 0;
   if (!o->loose_ub) return glp_simplex(P, smcp);
   for (int c = 0; c < m->ncols; c++)
     if (o->loose_ub[c] != m->col_ub[c]) set_col_bounds(P, c, m->col_lb[c], o->loose_ub[c]);
@@ -285,15 +284,14 @@ static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp
   for (int c = 0; c < m->ncols; c++)
     if (o->loose_ub[c] != m->col_ub[c]) set_col_bounds(P, c, m->col_lb[c], m->col_ub[c]);
   if (!loose_ok) return rc ? rc : GLP_EFAIL;
-  int left = smcp->it_lim - glp_get_it_cnt(P);
-  if (smcp->it_lim < INT_MAX && left <= 0) {
+  glp_smcp dual = *smcp;
+  dual.it_lim = smcp->it_lim - glp_get_it_cnt(P); /* the count is shared */
+  if (dual.it_lim <= 0) {
     *bound = loose_obj;
     return GLP_EITLIM;
   }
-  glp_smcp dual = *smcp;
   dual.meth = GLP_DUAL;
   dual.presolve = GLP_OFF; /* the presolver would drop the basis */
-  if (smcp->it_lim < INT_MAX) dual.it_lim = left;
   rc = glp_simplex(P, &dual);
   if (rc == GLP_EITLIM || rc == GLP_ETMLIM)
     *bound = glp_get_dual_stat(P) == GLP_FEAS ? fmax(loose_obj, glp_get_obj_val(P) + m->obj_offset) : loose_obj;
@@ -320,7 +318,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   }
   if (rc == GLP_EITLIM || rc == GLP_ETMLIM) {
     r->status = MILP_NO_SOLUTION;
-    r->bound = isfinite(partial_bound) ? partial_bound : 0;
+    r->bound = partial_bound;
     goto done;
   }
   if (rc != 0 || glp_get_status(P) != GLP_OPT) {
@@ -354,11 +352,11 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * evaluation: the rows' least stalls can be below the queues' own). First
    * the LP's point, rounded and repaired: where that is within the good gap
    * no neighbourhood is needed (gpt2-124m at the midpoint: 0.84% above the
-   * bound without the 0.7 s one costs). Then the neighbourhood twice:
-   * around the LP alone, then around the LP and the incumbent, which finds
-   * what the first misses when the LP's fixings leave only poor solutions
-   * (unet at f = 0.3: 36,933 -> 33,501 us polished; 33,224 with all 200
-   * nodes). */
+   * bound without the 0.7 s one costs). Then up to o->neighbourhoods
+   * neighbourhoods: around the LP alone, then around the LP and the
+   * incumbent, which finds what the first misses when the LP's fixings
+   * leave only poor solutions (unet at f = 0.3: 36,933 -> 33,501 us
+   * polished; 33,224 with all 200 nodes). */
   for (int pass = -1; pass < o->neighbourhoods && rel_gap(start_obj, r->bound) > o->mip_gap; pass++) {
     bool found;
     if (pass < 0) {

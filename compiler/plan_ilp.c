@@ -1638,7 +1638,8 @@ static long node_limit(const MilpModel *m, double work) {
  * peak: the looser problem whose basis warm-starts the relaxation's dual
  * simplex (milp.c's relax), for budgets that only plans with offloads meet,
  * where the primal's first phase is long (docs/PLANNING.md 5.3). NULL when
- * keep-all fits. */
+ * keep-all fits. dec and x are scratch (the keep-all peak is evaluated
+ * there). */
 static double *loose_bounds(const Ilp *md, int64_t limit, Decision *dec, double *x) {
   const Graph *g = md->g;
   for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
