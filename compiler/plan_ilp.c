@@ -74,7 +74,7 @@ typedef struct Run {
 } Run;
 
 typedef struct Window {
-  int stream, a, b, col;
+  int stream, a, b0, b, col; /* copies issued at or after a, due from b0 to b, on top of the previous window's */
   double cap;
 } Window;
 
@@ -596,11 +596,20 @@ static void build_decisions(Ilp *md) {
  * window [a, b] of one copy stream: the copies issued in it and due in it
  * need their copy time, which the compute between a and b and the stalls
  * inside the window must cover (interval capacity of a FIFO queue). Each
- * window is a running sum C over b for one a. Static approximations:
- * prefetches are timed for each tensor's first backward reader, re-runs add
- * no time to hide copies behind, windows span at most ILP_WINDOW ops. */
-#define ILP_WINDOW 96
+ * window is a running sum C over b for one a. Windows reach as far as
+ * every copy of the stream together could still be late, but only those
+ * that no other window implies become rows: a busy queue spans layers
+ * (llama3.2-1b: one MLP activation takes 5.4 ms to copy, 27 ops at the
+ * model's mean op time), and 96-op windows let the LP spread offloads
+ * the queues cannot carry. On graphs over ILP_WINDOW_GRAPH_OPS ops windows
+ * stop at ILP_WINDOW_OPS: gpt2-1558m's short ops under 2 ms copies keep
+ * 108,112 windows unbounded (35,188 within 96 ops), and its relaxation no
+ * longer finishes within its count. Static approximations: prefetches are
+ * timed for each tensor's first backward reader, re-runs add no time to
+ * hide copies behind. */
 #define ILP_FIFO 24
+#define ILP_WINDOW_OPS 96
+#define ILP_WINDOW_GRAPH_OPS 1000
 
 static double t_before(const Ilp *md, int i) { return i > 0 ? md->t_end[i - 1] : 0; }
 
@@ -617,12 +626,12 @@ static bool in_window(const Ilp *md, int stream, int t, int a, int b) {
   return issue_op(md, stream, t) >= a && due_op(md, stream, t) == b;
 }
 
-static void add_window(Ilp *md, int stream, int a, int b, int c, double cap) {
+static void add_window(Ilp *md, int stream, int a, int b0, int b, int c, double cap) {
   if (!push((void **)&md->win, md->nwin, &md->cap_win, sizeof(Window))) {
     md->failed = true;
     return;
   }
-  md->win[md->nwin++] = (Window){stream, a, b, c, cap};
+  md->win[md->nwin++] = (Window){stream, a, b0, b, c, cap};
 }
 
 static void build_stalls(Ilp *md) {
@@ -680,8 +689,9 @@ static void build_stalls(Ilp *md) {
     }
   }
   char *start = util_xcalloc((size_t)n + 1, 1), *due = util_xcalloc((size_t)n + 1, 1);
-  if (!start || !due) {
-    free(start), free(due);
+  double *latest = util_xcalloc((size_t)n + 1, sizeof(double)); /* per due op: the most of a later window start */
+  if (!start || !due || !latest) {
+    free(start), free(due), free(latest);
     md->failed = true;
     goto out;
   }
@@ -693,34 +703,53 @@ static void build_stalls(Ilp *md) {
       start[issue_op(md, stream, t)] = 1;
       due[due_op(md, stream, t)] = 1;
     }
-    for (int a = 0; a < n; a++) {
+    double total = 0;
+    int reach = n > ILP_WINDOW_GRAPH_OPS ? ILP_WINDOW_OPS : n;
+    for (int t = 0; t < nt; t++)
+      if (md->colO[t] >= 0) total += md->copy_us[stream][t];
+    for (int b = 0; b < n; b++) latest[b] = -HUGE_VAL;
+    for (int a = n - 1; a >= 0; a--) {
       if (!start[a]) continue;
-      int prev = -1;
-      for (int b = a; b < n && b <= a + ILP_WINDOW; b++) {
+      int prev = -1, k = 0, b0 = a;
+      double sum = 0, most = -HUGE_VAL;
+      for (int b = a; b < n; b++) {
         if (!due[b]) continue;
-        int k = 0;
+        double cap = due_time(md, stream, b) - issue_time(md, stream, a);
+        if (cap > total || b - a > reach) break; /* later ones cannot bind (cap over every copy together), or out of reach */
+        int k0 = k;
         for (int i = md->due_first[stream][b]; i < md->due_first[stream][b + 1]; i++) {
           int t = md->due_list[stream][i];
-          if (in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k++] = -md->copy_us[stream][t];
+          if (in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k] = -md->copy_us[stream][t], sum -= vals[k++];
         }
-        if (!k) continue;
+        if (k == k0) continue;
+        /* Kept only if no window implies it: one ending earlier (b') does
+         * when copies(a, b) - copies(a, b') <= the compute from b' to b even
+         * with every copy offloaded, and one starting later (a') when
+         * copies(a, b) - copies(a', b) <= the compute from a to a' (its Q[a'-1]
+         * is no less). So each row must exceed the most of copies - end time
+         * of the earlier ends, and of copies + start time of the later
+         * starts; and it must be able to bind at all. */
+        bool keep = sum > cap && sum - due_time(md, stream, b) > most && sum + issue_time(md, stream, a) > latest[b];
+        most = fmax(most, sum - due_time(md, stream, b));
+        latest[b] = fmax(latest[b], sum + issue_time(md, stream, a));
+        if (!keep) continue;
         int c = new_col(md, 0, HUGE_VAL, 0, false);
         cols[k] = c, vals[k++] = 1;
         if (prev >= 0) cols[k] = prev, vals[k++] = -1;
         if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
         prev = c;
-        double cap = due_time(md, stream, b) - issue_time(md, stream, a);
         /* Q[b] - Q[a-1] - C >= -cap */
         k = 0;
         cols[k] = md->col_q[b], vals[k++] = 1;
         if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
         cols[k] = c, vals[k++] = -1;
         if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
-        add_window(md, stream, a, b, c, cap);
+        add_window(md, stream, a, b0, b, c, cap);
+        b0 = b + 1, k = 0;
       }
     }
   }
-  free(start), free(due);
+  free(start), free(due), free(latest);
   if (!group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &md->win_by_b)) {
     md->failed = true;
     goto out;
@@ -728,8 +757,13 @@ static void build_stalls(Ilp *md) {
   /* Queue order: a copy finishes after every copy queued before it, even
    * those due later. For offloaded t and each start a within ILP_FIFO ops
    * before its issue: Q[due] - Q[a-1] >= copies queued from a up to t - the
-   * compute in between, relaxed by big (the queue's own maximum) when t
-   * stays. Evaluated like the windows (eval_stalls). */
+   * compute in between, relaxed by big when t stays. big need only cover
+   * the copies due after t (the others are bounded as in a window) and
+   * what the queued copies exceed the compute by (the row is void below
+   * 0): the smaller of the two, not the queue's whole copy time, keeps the
+   * LP's row from vanishing at a fractional O_t (gpt2-tiny at its smallest
+   * budget: LP bound 637.8 -> 642.9 us). Evaluated like the windows
+   * (eval_stalls). */
   for (int stream = 0; stream < 2; stream++) {
     int *q = md->fifo[stream] = util_xcalloc((size_t)nt + 1, sizeof(int));
     if (!q) {
@@ -758,11 +792,14 @@ static void build_stalls(Ilp *md) {
         int nn = 0;
         cols[nn] = md->col_q[b], vals[nn++] = 1;
         if (a) cols[nn] = md->col_q[a - 1], vals[nn++] = -1;
+        double late = 0;
         for (int i = i0; i <= it; i++) {
           cols[nn] = md->colO[q[i]], vals[nn++] = -md->copy_us[stream][q[i]];
           if (i < it) big += md->copy_us[stream][q[i]];
+          if (i < it && due_op(md, stream, q[i]) > b) late += md->copy_us[stream][q[i]];
         }
         if (big + md->copy_us[stream][t] <= cap) continue; /* never binds */
+        big = fmin(late, fmax(0, big - cap));
         vals[nn - 1] -= big;
         if (milp_add_row(&md->m, -cap - big, HUGE_VAL, nn, cols, vals) < 0) md->failed = true;
         if (!push((void **)&md->frow, md->nfrow, &md->cap_frow, sizeof(Fifo))) {
@@ -781,12 +818,15 @@ static void build_stalls(Ilp *md) {
   for (int t = 0; t < nt; t++) {
     if (md->colO[t] < 0) continue;
     int p = g->tensors[t].producer, f = g->tensors[t].first_bwd_read;
-    double cap = due_time(md, 1, f) - issue_time(md, 0, p);
+    double cap = due_time(md, 1, f) - issue_time(md, 0, p), late = md->copy_us[0][t] + md->copy_us[1][t] - cap;
+    /* Q[f] - Q[p-1] >= late * O: at O = 0 or 1 the same as >= copies * O -
+     * cap, and at a fraction no weaker (the hull of the two points). */
+    if (late <= 0) continue;
     int k = 0;
     cols[k] = md->col_q[f], vals[k++] = 1;
     if (p) cols[k] = md->col_q[p - 1], vals[k++] = -1;
-    cols[k] = md->colO[t], vals[k++] = -(md->copy_us[0][t] + md->copy_us[1][t]);
-    if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+    cols[k] = md->colO[t], vals[k++] = -late;
+    if (milp_add_row(&md->m, 0, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
   }
 out:
   free(cols), free(vals);
@@ -798,7 +838,9 @@ out:
  * also waits for its own offload, and an offloaded copy's lateness at its
  * due op is a stall there. The rows are bounds, so the stalls the model
  * reports for a plan are the queues' own (docs/PLANNING.md 4). */
-static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
+enum { STALL_ROWS = 1, STALL_QUEUES = 2 };
+
+static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
   const Graph *g = md->g;
   int n = g->nops, nt = g->ntensors;
   if (!md->col_q) return;
@@ -814,17 +856,18 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
   for (int i = 0; i < md->nwin; i++) {
     const Window *w = &md->win[i];
     if (w->a != last_a || w->stream != last_s) cval = 0, last_a = w->a, last_s = w->stream;
-    for (int k = md->due_first[w->stream][w->b]; k < md->due_first[w->stream][w->b + 1]; k++) {
-      int t = md->due_list[w->stream][k];
-      if (dec[t] == DEC_OFFLOAD && in_window(md, w->stream, t, w->a, w->b)) cval += md->copy_us[w->stream][t];
-    }
+    for (int b = w->b0; b <= w->b; b++)
+      for (int k = md->due_first[w->stream][b]; k < md->due_first[w->stream][b + 1]; k++) {
+        int t = md->due_list[w->stream][k];
+        if (dec[t] == DEC_OFFLOAD && in_window(md, w->stream, t, w->a, b)) cval += md->copy_us[w->stream][t];
+      }
     x[w->col] = cval;
   }
   int next[2] = {0, 0};
   double busy[2] = {0, 0}; /* when each stream is done with its queue so far */
   for (int b = 0; b < n; b++) {
     double v = b ? q[b - 1] : 0;
-    for (int stream = 0; stream < 2; stream++)
+    for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
       for (; next[stream] < md->nfifo[stream] && issue_op(md, stream, md->fifo[stream][next[stream]]) == b; next[stream]++) {
         int t = md->fifo[stream][next[stream]];
         if (dec[t] != DEC_OFFLOAD) continue;
@@ -832,11 +875,15 @@ static void eval_stalls(const Ilp *md, const Decision *dec, double *x) {
         if (stream) start = fmax(start, finish[t]);
         finish[stream * nt + t] = busy[stream] = start + md->copy_us[stream][t];
       }
-    for (int stream = 0; stream < 2; stream++)
+    for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
       for (int k = md->due_first[stream][b]; k < md->due_first[stream][b + 1]; k++) {
         int t = md->due_list[stream][k];
         if (dec[t] == DEC_OFFLOAD) v = fmax(v, finish[stream * nt + t] - due_time(md, stream, b));
       }
+    if (!(parts & STALL_ROWS)) {
+      q[b] = x[md->col_q[b]] = v;
+      continue;
+    }
     for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
       const Window *w = &md->win[md->win_by_b[i]];
       double base = w->a ? q[w->a - 1] : 0;
@@ -1247,7 +1294,7 @@ static int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak
     for (int c = 0; c < md->cand_n[q]; c++)
       x[md->ycol[md->cand_first[q] + c]] = rerun[q] >= 0 && rerun[q] <= md->cand_t[md->cand_first[q] + c];
   }
-  eval_stalls(md, dec, x);
+  eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
   /* Products in creation order: factors only use earlier columns. Every
    * factor is 0 or 1 here, so an AND ends at its first 0 and an OR at its
    * first 1 (the descent's evaluations are most of a solve's time). */
@@ -1323,6 +1370,27 @@ static double objective_of(const Ilp *md, const double *x) {
 }
 
 /* ------------------------------------------------------------ public */
+
+int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e) {
+  Ilp md;
+  if (ilp_build(&md, g, d, INT64_MAX / 4, false, 0, e)) return -1;
+  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  int64_t peak;
+  int rc = -1;
+  if (!x) err_set(e, "%s: out of memory", g->path);
+  else if (ilp_eval(&md, dec, x, &peak)) err_set(e, "%s: decisions outside the ILP's model", g->path);
+  else {
+    int last = md.col_q[g->nops - 1];
+    eval_stalls(&md, dec, STALL_ROWS, x);
+    *rows_us = x[last];
+    eval_stalls(&md, dec, STALL_QUEUES, x);
+    *queues_us = x[last];
+    rc = 0;
+  }
+  free(x);
+  ilp_free(&md);
+  return rc;
+}
 
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e) {
   Ilp md;
@@ -1697,6 +1765,7 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   }
   free(order);
 }
+
 
 static bool polish_x(void *ctx, double *cols) {
   Polish *p = ctx;

@@ -371,6 +371,10 @@ Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o,
  * (equal to the simulator's), and the smallest arena it can reach. */
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
+/* The copy stalls (us) of one decision vector by the model's stall rows
+ * alone and by its copy queues alone; the rows must be bounds of the
+ * queues. */
+int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e);
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
 
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
