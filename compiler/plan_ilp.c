@@ -837,7 +837,8 @@ out:
  * the streams actually do: each runs its copies in queue order, a prefetch
  * also waits for its own offload, and an offloaded copy's lateness at its
  * due op is a stall there. The rows are bounds, so the stalls the model
- * reports for a plan are the queues' own (docs/PLANNING.md 4). */
+ * reports for a plan are the queues' own (docs/PLANNING.md 4). parts
+ * selects the rows, the queues or both (the test hook compares the two). */
 enum { STALL_ROWS = 1, STALL_QUEUES = 2 };
 
 static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
