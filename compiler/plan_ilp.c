@@ -729,9 +729,10 @@ static void build_stalls(Ilp *md) {
          * is no less). So each row must exceed the most of copies - end time
          * of the earlier ends, and of copies + start time of the later
          * starts; and it must be able to bind at all. */
-        bool keep = sum > cap && sum - due_time(md, stream, b) > most && sum + issue_time(md, stream, a) > latest[b];
-        most = fmax(most, sum - due_time(md, stream, b));
-        latest[b] = fmax(latest[b], sum + issue_time(md, stream, a));
+        double past_end = sum - due_time(md, stream, b), before_start = sum + issue_time(md, stream, a);
+        bool keep = sum > cap && past_end > most && before_start > latest[b];
+        most = fmax(most, past_end);
+        latest[b] = fmax(latest[b], before_start);
         if (!keep) continue;
         int c = new_col(md, 0, HUGE_VAL, 0, false);
         cols[k] = c, vals[k++] = 1;
@@ -1704,17 +1705,13 @@ static long node_limit(const MilpModel *m, double work) {
 }
 
 /* Column upper bounds with the memory rows' limit halfway to the keep-all
- * peak: the looser problem whose basis warm-starts the relaxation's dual
- * simplex (milp.c's relax), for budgets that only plans with offloads meet,
- * where the primal's first phase is long (docs/PLANNING.md 5.3). NULL when
- * keep-all fits. dec and x are scratch (the keep-all peak is evaluated
- * there). */
-static double *loose_bounds(const Ilp *md, int64_t limit, Decision *dec, double *x) {
-  const Graph *g = md->g;
-  for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
-  for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = DEC_KEEP;
-  int64_t keep_all;
-  if (ilp_eval(md, dec, x, &keep_all) || keep_all <= limit) return NULL;
+ * peak (the keep-all start's, as the model evaluated it; < 0: not known):
+ * the looser problem whose basis warm-starts the relaxation's dual simplex
+ * (milp.c's relax), for budgets that only plans with offloads meet, where
+ * the primal's first phase is long (docs/PLANNING.md 5.3). NULL when
+ * keep-all fits. */
+static double *loose_bounds(const Ilp *md, int64_t limit, int64_t keep_all) {
+  if (keep_all < 0 || keep_all <= limit) return NULL;
   double *ub = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double));
   if (!ub) return NULL;
   memcpy(ub, md->m.col_ub, (size_t)md->m.ncols * sizeof(double));
@@ -1767,7 +1764,6 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   free(order);
 }
 
-
 static bool polish_x(void *ctx, double *cols) {
   Polish *p = ctx;
   Decision *dec = util_xcalloc((size_t)p->md->g->ntensors + 1, sizeof(Decision));
@@ -1792,10 +1788,10 @@ static bool polish_x(void *ctx, double *cols) {
   return ilp_eval(p->md, p->c.dec, cols, &pk) == 0;
 }
 
-static bool offloads_any(const Graph *g, const Decision *dec) {
-  for (int i = 0; i < g->nstashed; i++)
-    if (dec[g->stashed[i]] == DEC_OFFLOAD) return true;
-  return false;
+static int stashed_with(const Graph *g, const Decision *dec, Decision which) {
+  int n = 0;
+  for (int i = 0; i < g->nstashed; i++) n += dec[g->stashed[i]] == which;
+  return n;
 }
 
 /* What a solve does, as flags: it minimizes the step time (GOAL_TIME) or
@@ -1841,12 +1837,14 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   }
   best->ok = false;
   bool recompute_only_fits = false;
+  int64_t keep_all_peak = -1;
   for (int i = 0; i < nst; i++) {
     int64_t pk;
     bool modelled = ilp_eval(&md, st[i], x, &pk) == 0;
     double obj = modelled ? objective_of(&md, x) : NAN;
     if (modelled) offer(&md, best, st[i], pk, obj, limit);
-    if (modelled && pk <= limit && !offloads_any(g, st[i])) recompute_only_fits = true;
+    if (modelled && pk <= limit && stashed_with(g, st[i], DEC_OFFLOAD) == 0) recompute_only_fits = true;
+    if (modelled && stashed_with(g, st[i], DEC_KEEP) == g->nstashed) keep_all_peak = pk;
     /* Starts outside a depth-bounded model still go to the simulator. */
     if (!modelled || pk <= o->budget_bytes)
       pool_add(pool, g, &(Candidate){.dec = st[i], .peak = modelled ? pk : -1, .objective = obj});
@@ -1890,7 +1888,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
    * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
    * us. */
   bool no_tree = counted && nodes <= ILP_TREE_MIN_NODES;
-  loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, tmp, x) : NULL;
+  loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
