@@ -133,10 +133,11 @@ typedef struct GlpkCb {
   const MilpModel *m;
   const MilpOptions *o;
   const double *start; /* ncols values handed to the tree, or NULL */
-  long node_limit;
+  long node_limit, iteration_limit;
   double t0, last_print, bound;
   bool gave_start, stopped, counted_out, progress;
   long nodes;
+  int iterations0; /* the problem's simplex count when the tree began */
 } GlpkCb;
 
 static void glpk_callback(glp_tree *T, void *info) {
@@ -151,7 +152,9 @@ static void glpk_callback(glp_tree *T, void *info) {
       free(x1);
     }
   }
-  if (reason == GLP_ISELECT && cb->node_limit > 0 && ++cb->nodes > cb->node_limit) {
+  bool over_iterations =
+      cb->iteration_limit > 0 && glp_get_it_cnt(glp_ios_get_prob(T)) - cb->iterations0 > cb->iteration_limit;
+  if (reason == GLP_ISELECT && ((cb->node_limit > 0 && ++cb->nodes > cb->node_limit) || over_iterations)) {
     cb->counted_out = true;
     glp_ios_terminate(T);
     return;
@@ -389,7 +392,8 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     free(sub), free(nb);
     goto done;
   }
-  GlpkCb cb = {.m = m, .o = o, .start = start, .node_limit = o->node_limit, .t0 = t0, .bound = r->bound, .progress = true};
+  GlpkCb cb = {.m = m, .o = o, .start = start, .node_limit = o->node_limit, .iteration_limit = o->tree_iterations,
+               .t0 = t0, .bound = r->bound, .progress = true};
   glp_iocp iocp;
   glp_init_iocp(&iocp);
   iocp.msg_lev = GLP_MSG_OFF;
@@ -403,6 +407,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * seconds in strong-branching LPs, and the cut generators and GLPK's
    * heuristics never paid for themselves; the starting solution does. */
   glpk_set_time_limit(&iocp, o, t0);
+  cb.iterations0 = glp_get_it_cnt(P);
   rc = glp_intopt(P, &iocp);
   int st = glp_mip_status(P);
   bool solved = st == GLP_OPT || st == GLP_FEAS;

@@ -28,15 +28,17 @@
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
 #define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
-#define ILP_NODES 200        /* branch-and-bound nodes without --time-limit, at most */
-#define ILP_NODE_WORK 1e6    /* ... and at most this many matrix nonzeros times nodes */
+#define ILP_NODES 200        /* nodes of a search without --time-limit, at most */
+#define ILP_CHEAP_NNZ 150000 /* models under this many nonzeros: the tree is counted in simplex iterations, */
+#define ILP_TREE_WORK 2e8    /* ... this many over the nonzeros, and searches to ILP_GAP; */
+#define ILP_NODE_WORK 1e6    /* larger ones: in nodes, at most this many over the nonzeros */
 #define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
 #define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
 #define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
-#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models whose nodes are costly, the neighbourhoods and the tree are skipped */
+#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
@@ -647,7 +649,9 @@ static void build_stalls(Ilp *md) {
   md->copy_us[1] = util_xcalloc((size_t)nt + 1, sizeof(double));
   int *cols = util_xcalloc((size_t)nt + 4, sizeof(int));
   double *vals = util_xcalloc((size_t)nt + 4, sizeof(double));
-  if (!md->t_end || !md->col_q || !md->wait_at || !md->issue_at || !md->copy_us[0] || !md->copy_us[1] || !cols || !vals) {
+  int *due_of = util_xcalloc((size_t)nt + 1, sizeof(int)); /* per tensor, one stream's due op */
+  if (!md->t_end || !md->col_q || !md->wait_at || !md->issue_at || !md->copy_us[0] || !md->copy_us[1] || !cols || !vals ||
+      !due_of) {
     md->failed = true;
     goto out;
   }
@@ -771,8 +775,10 @@ static void build_stalls(Ilp *md) {
       md->failed = true;
       goto out;
     }
+    for (int t = 0; t < nt; t++) due_of[t] = md->colO[t] >= 0 ? due_op(md, stream, t) : -1;
     int k = 0;
     for (int a = 0; a < n; a++) {
+      int k0 = k;
       if (stream == 0) {
         const Op *op = &g->ops[a];
         for (int i = 0; i < op->noutputs; i++)
@@ -781,6 +787,7 @@ static void build_stalls(Ilp *md) {
         for (int i = 0; i < g->nstashed; i++)
           if (md->colO[g->stashed[i]] >= 0 && md->issue_at[g->stashed[i]] == a) q[k++] = g->stashed[i];
       }
+      plan_queue_order(q + k0, k - k0, due_of); /* as the schedule issues them */
     }
     md->nfifo[stream] = k;
     for (int it = 0; it < k; it++) {
@@ -830,7 +837,7 @@ static void build_stalls(Ilp *md) {
     if (milp_add_row(&md->m, 0, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
   }
 out:
-  free(cols), free(vals);
+  free(cols), free(vals), free(due_of);
 }
 
 /* Q for one decision vector: the least the rows allow (windows, round
@@ -1808,7 +1815,7 @@ enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2 };
  * -1: error. */
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, int goal,
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
-                    Pool *pool, SolverInfo *si, bool *relaxed, Err *e) {
+                    Pool *pool, SolverInfo *si, bool *relaxed, double tree_work, Err *e) {
   *relaxed = false;
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
   int nst = starts(g, d, o, limit, st);
@@ -1860,7 +1867,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool counted = o->time_limit <= 0;
   long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX;
   long xevals = counted ? (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed : LONG_MAX;
-  long nodes = counted ? node_limit(&md.m, ILP_NODE_WORK) : 0;
+  bool cheap_tree = counted && md.m.nnz < ILP_CHEAP_NNZ;
+  long nodes = counted && !cheap_tree ? node_limit(&md.m, ILP_NODE_WORK) : 0;
   improve(&md, best, limit, x, budget_s / 4, evals, false);
   if (goal & GOAL_QUICK) {
     snprintf(si->status, sizeof si->status, "feasible");
@@ -1887,12 +1895,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
    * neighbourhood: the second found nothing at llama3-8b's f = 0.2-0.4
    * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
    * us. */
-  bool no_tree = counted && nodes <= ILP_TREE_MIN_NODES;
+  bool no_tree = counted && !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
+                    .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / md.m.nnz) : 0,
                     .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
-                    .good_gap = counted && nodes < ILP_NODES ? ILP_GOOD_GAP : 0,
+                    .good_gap = counted && !cheap_tree ? ILP_GOOD_GAP : 0,
                     .skip_tree = no_tree, .loose_ub = loose, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
                     .polish = polish_x, .polish_ctx = &pol};
@@ -1944,7 +1953,9 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
-  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, &relaxed, e) || !c.ok)
+  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, &relaxed, ILP_TREE_WORK,
+               e) ||
+      !c.ok)
     return -1;
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
@@ -2106,7 +2117,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     pool.n = 0;
     int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
     bool rel = false;
-    int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel, e);
+    /* Later rounds get less of the tree: each excludes one plan from the
+     * last round's problem and re-proves much of it (llama-tiny at f = 0.2:
+     * 24 rounds, 120 s with the whole count each; 550.01 us in 13.7 s so,
+     * 554.77 us with a count shared by all rounds). */
+    int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel,
+                     ILP_TREE_WORK / (round + 1), e);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;

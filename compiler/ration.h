@@ -389,6 +389,9 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
  * strategy that models it (indices are graph op indices). */
 int plan_offload_wait_op(const Graph *g, const Device *d, int tensor);
 int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op);
+/* Copies issued at one point queue on their stream by deadline: sorts
+ * tensors[0..n) by due[tensor], ties kept in their order (stable). */
+void plan_queue_order(int *tensors, int n, const int *due);
 /* A forward-produced activation that is not a graph output: its residency
  * follows its decision (stashed) or ends after the forward (intermediate). */
 bool plan_regenerable(const Graph *g, int tensor);
@@ -433,6 +436,7 @@ typedef struct MilpOptions {
   bool quiet;         /* no progress lines on stderr */
   bool lp_only;       /* solve the LP relaxation only */
   long node_limit;    /* branch-and-bound nodes, 0: none (counted work is deterministic) */
+  long tree_iterations; /* ... and simplex iterations in them, 0: none */
   bool skip_tree;     /* the neighbourhoods' answer stands: no branch and bound */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
   int neighbourhoods;       /* ... searched: 0, 1 (around the LP) or 2 (then the LP and the incumbent) */

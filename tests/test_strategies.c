@@ -6,6 +6,7 @@
  * slower (simulated step time) than any baseline at the same budget (at
  * the midpoint f = 0.5 on the models up to ILP_MAX_OPS ops, to keep the
  * suite fast; bench_plan compares them at every point on every model).
+ * Every plan queues the copies it issues together by deadline.
  */
 #include "ration.h"
 #include "test.h"
@@ -39,6 +40,32 @@ static Plan *make(const Graph *g, const Device *d, const char *name, int64_t bud
   return p;
 }
 
+/* Copies issued together run one after another on their stream, so they
+ * must be queued in the order they are waited for (schedule.c): for each
+ * run of consecutive offloads (prefetches), the compute steps before their
+ * waits never decrease. */
+static bool queued_by_deadline(const Plan *p) {
+  int *computes_before = calloc((size_t)p->nsteps + 1, sizeof(int)), *wait_of = calloc((size_t)p->nbuffers + 1, sizeof(int));
+  bool ok = computes_before && wait_of;
+  for (int s = 0, n = 0; ok && s < p->nsteps; s++) {
+    computes_before[s] = n;
+    n += p->steps[s].kind == STEP_COMPUTE;
+    if (p->steps[s].kind == STEP_OFFLOAD_WAIT) wait_of[p->steps[s].from] = s;
+    if (p->steps[s].kind == STEP_PREFETCH_WAIT) wait_of[p->steps[s].to] = s;
+  }
+  for (int s = 1; ok && s < p->nsteps; s++) {
+    const Step *a = &p->steps[s - 1], *b = &p->steps[s];
+    if (a->kind != b->kind || (a->kind != STEP_OFFLOAD && a->kind != STEP_PREFETCH)) continue;
+    int wa = wait_of[a->kind == STEP_OFFLOAD ? a->from : a->to], wb = wait_of[b->kind == STEP_OFFLOAD ? b->from : b->to];
+    if (computes_before[wa] > computes_before[wb]) {
+      printf("  steps %d and %d: the copy waited for later is queued first\n", s - 1, s);
+      ok = false;
+    }
+  }
+  free(computes_before), free(wait_of);
+  return ok;
+}
+
 static void check_model(const char *path, const Device *d) {
   Err e;
   Graph *g = graph_load(path, &e);
@@ -68,6 +95,7 @@ static void check_model(const char *path, const Device *d) {
         Err ce;
         T_CHECKF(sim_check(p, g, &ce) == 0, "%s on %s at %lld: %s", baselines[s], g->name, (long long)budget, ce.msg);
         T_CHECK(p->arena_bytes <= budget && p->predicted.peak_live_bytes <= p->arena_bytes);
+        T_CHECKF(queued_by_deadline(p), "%s on %s at %lld", baselines[s], g->name, (long long)budget);
         if (best_baseline < 0 || p->predicted.step_seconds < best_baseline) best_baseline = p->predicted.step_seconds;
         feasible++;
       }
@@ -86,6 +114,7 @@ static void check_model(const char *path, const Device *d) {
       Err ce;
       T_CHECKF(sim_check(p, g, &ce) == 0, "ilp on %s at %lld: %s", g->name, (long long)budget, ce.msg);
       T_CHECK(p->arena_bytes <= budget);
+      T_CHECKF(queued_by_deadline(p), "ilp on %s at %lld", g->name, (long long)budget);
     }
     plan_free(p);
   }
