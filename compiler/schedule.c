@@ -13,12 +13,11 @@
  * and the forward intermediates it regenerates stay on the device until the
  * last step that reads them. Then for graph op i the builder emits, in order:
  *   1. prefetches whose static issue point is op i (plan_prefetch_issue_op),
- *      the one needed first first,
+ *      soonest needed first,
  *   2. prefetch_waits of the offloaded tensors first needed at op i,
  *   3. the re-runs of op i's prelude, in graph order,
  *   4. the op itself (with its workspace buffer),
- *   5. offloads of its outputs decided "offload", the one waited for first
- *      first,
+ *   5. offloads of its outputs decided "offload", soonest waited for first,
  *   6. offload_waits whose static point is op i (plan_offload_wait_op).
  * Copies on one stream run in issue order, so a copy issued with others
  * but needed later would make the earlier-needed ones wait behind it
