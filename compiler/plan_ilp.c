@@ -1899,7 +1899,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
-                    .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / md.m.nnz) : 0,
+                    .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
                     .good_gap = counted && !cheap_tree ? ILP_GOOD_GAP : 0,
                     .skip_tree = no_tree, .loose_ub = loose, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
