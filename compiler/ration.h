@@ -375,6 +375,14 @@ int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision 
  * alone and by its copy queues alone; the rows must be bounds of the
  * queues. */
 int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e);
+/* The tree's cuts at the budget's LP point and at the midpoints between it
+ * and each of the ndecs decision vectors (decs: ndecs * ntensors): how
+ * many, the least any cuts its point off by (*cut_off), and the most any
+ * cut is violated by the columns of a vector that fits the budget
+ * (*worst, relative to the cut's right side; fits counts them). Cuts must
+ * cut their point off and hold at every integral solution. */
+int plan_ilp_cut_check(const Graph *g, const Device *d, int64_t budget, const Decision *decs, int ndecs, int *ncuts,
+                       int *fits, double *cut_off, double *worst, Err *e);
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
 
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
@@ -450,6 +458,13 @@ typedef struct MilpOptions {
    * rounding, repair and a descent); false when it has none to give. */
   bool (*polish)(void *ctx, double *x);
   void *polish_ctx;
+  /* Cutting planes for the tree (GLPK): rows over the model's columns,
+   * valid for every integral solution, that x (a node's LP point, ncols
+   * values) violates, appended to cuts. NULL: none. */
+  void (*separate)(void *ctx, const double *x, MilpModel *cuts);
+  void *separate_ctx;
+  double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
+  long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
 } MilpOptions;
 
 typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MILP_NO_SOLUTION } MilpStatus;

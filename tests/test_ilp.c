@@ -97,6 +97,37 @@ static void check_stall_rows(const Graph *g, const Device *d, int n, bool recomp
   free(dec);
 }
 
+/* The tree's cuts (c-MIR of the window, queue and memory rows), made at
+ * the LP's point and near random vectors: each cuts its point off, and
+ * none cuts off a vector that fits the budget (a cut that did would make
+ * the tree's bound a lie and could drop the optimum). */
+static void check_cuts(const Graph *g, const Device *d, int64_t budget, int n, unsigned seed) {
+  Decision *decs = calloc((size_t)n * (size_t)g->ntensors, sizeof *decs);
+  srand(seed);
+  for (int v = 0; v < n; v++) {
+    Decision *dec = decs + (size_t)v * (size_t)g->ntensors;
+    int offload_pct = 20 + 50 * v / n, recompute_pct = 60 - 40 * v / n;
+    for (int i = 0; i < g->nstashed; i++) {
+      int r = rand() % 100;
+      dec[g->stashed[i]] = r < offload_pct ? DEC_OFFLOAD : r < offload_pct + recompute_pct ? DEC_RECOMPUTE : DEC_KEEP;
+    }
+  }
+  Err e;
+  int ncuts, fits;
+  double cut_off, worst;
+  int rc = plan_ilp_cut_check(g, d, budget, decs, n, &ncuts, &fits, &cut_off, &worst, &e);
+  T_CHECKF(rc == 0, "%s", e.msg);
+  if (rc == 0) {
+    T_CHECKF(ncuts > 0 && cut_off > 0, "%s at %lld: %d cuts, the least cuts its point off by %g", g->name,
+             (long long)budget, ncuts, cut_off);
+    T_CHECKF(fits >= n / 10, "%s at %lld: only %d of %d vectors fit", g->name, (long long)budget, fits, n);
+    T_CHECKF(worst <= 1e-7, "%s at %lld: a cut is violated by %g of its right side at a vector that fits", g->name,
+             (long long)budget, worst);
+    printf("  %s at %lld: %d cuts, %d of %d vectors fit, worst %.3g\n", g->name, (long long)budget, ncuts, fits, n, worst);
+  }
+  free(decs);
+}
+
 /* The ilp plan at one budget against the simulator and the baselines. */
 static void check_plan(const Graph *g, const Device *d, int64_t budget, double limit) {
   Err e;
@@ -149,6 +180,11 @@ int main(void) {
       check_model_exact(g, cpu, 25, 11 + (unsigned)i);
     }
     T_CASE("stall rows never exceed the copy queues, random decisions") check_stall_rows(g, h100, 40, true, 21 + (unsigned)i);
+    T_CASE("the tree's cuts cut their point off and hold at every vector that fits") {
+      int64_t m, k;
+      range(g, h100, &m, &k);
+      for (int f = 1; f <= 3; f += 2) check_cuts(g, h100, m + (int64_t)((double)(k - m) * f / 10.0), 200, 41 + (unsigned)i);
+    }
     T_CASE("ilp plans: valid, exact peak, never behind a baseline") {
       int64_t m, k;
       range(g, h100, &m, &k);
