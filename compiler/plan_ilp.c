@@ -864,7 +864,8 @@ out:
  * point is above one half; the divisors tried are the coefficients of the
  * point's fractional binaries, then the best one halved three times. */
 #define ILP_CUT_HALVINGS 3
-#define ILP_CUTS 64 /* cuts per round and kind, the most violated */
+#define ILP_CUTS 64             /* cuts per round and kind, the most violated */
+#define ILP_CUT_EFFICACY 1e-3   /* us of stall, or MiB per GiB of the limit, a cut must cut off */
 
 typedef struct MirItem {
   int col;
@@ -1047,7 +1048,7 @@ static void separate(void *ctx, const double *x, MilpModel *cuts) {
   const Ilp *md = ctx;
   int nc = md->m.ncols, most = md->nwin > md->npos ? md->nwin : md->npos;
   if (md->nfrow > most) most = md->nfrow;
-  double limit = md->m.col_ub[md->mcol[0]], mem_scale = fmax(1, limit) * 1e-3; /* MiB against us */
+  double limit = md->m.col_ub[md->mcol[0]], mem_scale = fmax(1, limit) * 1e-3; /* MiB per GiB of the limit */
   Mir r = {.it = util_xcalloc((size_t)nc + 1, sizeof(MirItem)), .scol = util_xcalloc((size_t)nc + 1, sizeof(int)),
            .sw = util_xcalloc((size_t)nc + 1, sizeof(double))};
   MirCut *found = util_xcalloc((size_t)most + 1, sizeof(MirCut));
@@ -1067,7 +1068,7 @@ static void separate(void *ctx, const double *x, MilpModel *cuts) {
       }
       mir_row(md, kind, i, &w, x, &r);
       MirCut c = mir_best(&r, x, kind == CUT_MEMORY ? mem_scale : 1, i);
-      if (c.efficacy > 1e-3) found[nfound++] = c;
+      if (c.efficacy > ILP_CUT_EFFICACY) found[nfound++] = c;
     }
     qsort(found, (size_t)nfound, sizeof *found, cmp_cut);
     if (nfound > ILP_CUTS) nfound = ILP_CUTS;

@@ -376,11 +376,12 @@ int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision 
  * queues. */
 int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e);
 /* The tree's cuts at the budget's LP point and at the midpoints between it
- * and each of the ndecs decision vectors (decs: ndecs * ntensors): how
- * many, the least any cuts its point off by (*cut_off), and the most any
- * cut is violated by the columns of a vector that fits the budget
- * (*worst, relative to the cut's right side; fits counts them). Cuts must
- * cut their point off and hold at every integral solution. */
+ * and the first decision vectors (decs: ndecs * ntensors): how many, the
+ * least any cuts its point off by (*cut_off), and the most any cut is
+ * violated by the columns of a vector that fits the budget (*worst,
+ * relative to the cut's right side; 1 if a row the cuts round is violated
+ * at one of the first vectors; fits counts them). Cuts must cut their
+ * point off and hold at every integral solution. */
 int plan_ilp_cut_check(const Graph *g, const Device *d, int64_t budget, const Decision *decs, int ndecs, int *ncuts,
                        int *fits, double *cut_off, double *worst, Err *e);
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
