@@ -897,16 +897,17 @@ static double mir_s(const Mir *r, const double *x) {
   return s;
 }
 
+/* The rounded coefficient of a (already divided by the divisor) for
+ * f = frac(beta / divisor). */
+static double mir_round(double a, double f) { return floor(a) + fmax(0, a - floor(a) - f) / (1 - f); }
+
 /* The cut's violation at the point in the row's units (beta's), -1 if the
  * divisor gives none. */
 static double mir_violation(const Mir *r, double s, double delta) {
   double q = r->beta / delta, f = q - floor(q);
   if (f < 0.01 || f > 0.99) return -1;
   double lhs = 0;
-  for (int i = 0; i < r->n; i++) {
-    double a = r->it[i].a / delta;
-    lhs += (floor(a) + fmax(0, a - floor(a) - f) / (1 - f)) * r->it[i].y;
-  }
+  for (int i = 0; i < r->n; i++) lhs += mir_round(r->it[i].a / delta, f) * r->it[i].y;
   return delta * (1 - f) * (lhs - floor(q)) - s;
 }
 
@@ -932,7 +933,7 @@ static void mir_emit(const Mir *r, double delta, MilpModel *cuts, int *cols, dou
   double q = r->beta / delta, f = q - floor(q), scale = delta * (1 - f), rhs = scale * floor(q) + r->s0;
   int k = 0;
   for (int i = 0; i < r->n; i++) {
-    double a = r->it[i].a / delta, g = scale * (floor(a) + fmax(0, a - floor(a) - f) / (1 - f));
+    double g = scale * mir_round(r->it[i].a / delta, f);
     if (r->it[i].flipped) rhs -= g, g = -g;
     if (g != 0) cols[k] = r->it[i].col, vals[k++] = g;
   }
@@ -1038,6 +1039,14 @@ static void mem_step(const Ilp *md, MemWalk *w) {
 /* Cuts of three kinds of rows: the ILP_CUTS most violated of each. */
 enum { CUT_WINDOW, CUT_QUEUE, CUT_MEMORY, CUT_KINDS };
 
+static int cut_rows(const Ilp *md, int kind) { return kind == CUT_WINDOW ? md->nwin : kind == CUT_QUEUE ? md->nfrow : md->npos; }
+
+/* Back to before the first position. */
+static void mem_reset(const Ilp *md, MemWalk *w) {
+  memset(w->acc, 0, (size_t)md->m.ncols * sizeof(double));
+  w->ntouched = w->e = 0, w->cst = 0;
+}
+
 static void mir_row(const Ilp *md, int kind, int row, const MemWalk *w, const double *x, Mir *r) {
   if (kind == CUT_WINDOW) mir_window(md, &md->win[row], x, r);
   else if (kind == CUT_QUEUE) mir_fifo(md, &md->frow[row], x, r);
@@ -1046,8 +1055,8 @@ static void mir_row(const Ilp *md, int kind, int row, const MemWalk *w, const do
 
 static void separate(void *ctx, const double *x, MilpModel *cuts) {
   const Ilp *md = ctx;
-  int nc = md->m.ncols, most = md->nwin > md->npos ? md->nwin : md->npos;
-  if (md->nfrow > most) most = md->nfrow;
+  int nc = md->m.ncols, most = 0;
+  for (int kind = 0; kind < CUT_KINDS; kind++) most = cut_rows(md, kind) > most ? cut_rows(md, kind) : most;
   double limit = md->m.col_ub[md->mcol[0]], mem_scale = fmax(1, limit) * 1e-3; /* MiB per GiB of the limit */
   Mir r = {.it = util_xcalloc((size_t)nc + 1, sizeof(MirItem)), .scol = util_xcalloc((size_t)nc + 1, sizeof(int)),
            .sw = util_xcalloc((size_t)nc + 1, sizeof(double))};
@@ -1058,8 +1067,8 @@ static void separate(void *ctx, const double *x, MilpModel *cuts) {
   MemWalk w = {.acc = util_xcalloc((size_t)nc + 1, sizeof(double)), .touched = util_xcalloc((size_t)nc + 1, sizeof(int))};
   if (!r.it || !r.scol || !r.sw || !found || !chosen || !cols || !vals || !w.acc || !w.touched) goto out;
   for (int kind = 0; kind < CUT_KINDS; kind++) {
-    int nfound = 0, nrows = kind == CUT_WINDOW ? md->nwin : kind == CUT_QUEUE ? md->nfrow : md->npos;
-    for (int i = 0; i < nrows; i++) {
+    int nfound = 0;
+    for (int i = 0; i < cut_rows(md, kind); i++) {
       if (kind == CUT_MEMORY) {
         w.p = i;
         mem_step(md, &w);
@@ -1083,8 +1092,7 @@ static void separate(void *ctx, const double *x, MilpModel *cuts) {
     double *delta = util_xcalloc((size_t)md->npos + 1, sizeof(double));
     if (!delta) break;
     for (int i = 0; i < nfound; i++) chosen[found[i].row] = 1, delta[found[i].row] = found[i].delta;
-    memset(w.acc, 0, (size_t)nc * sizeof(double));
-    w.ntouched = w.e = 0, w.cst = 0;
+    mem_reset(md, &w);
     for (int p = 0; p < md->npos; p++) {
       w.p = p;
       mem_step(md, &w);
@@ -1953,6 +1961,14 @@ static void pool_add(Pool *pool, const Graph *g, const Candidate *k) {
  * earlier), re-runs the same ops as keep, and only adds copy time. Keep is
  * never worse, so O is fixed at 0 (on the H100 profile: 2 of gpt2-124m's
  * 162 stashed tensors, 3 of llama3-8b's 357, 11 of unet's 94). */
+/* Offloads the model forbids (remove_dominated) become keeps. */
+static void keep_forbidden_offloads(const Ilp *md, Decision *dec) {
+  for (int i = 0; i < md->g->nstashed; i++) {
+    int t = md->g->stashed[i];
+    if (dec[t] == DEC_OFFLOAD && md->colO[t] >= 0 && md->m.col_ub[md->colO[t]] == 0) dec[t] = DEC_KEEP;
+  }
+}
+
 static void remove_dominated(Ilp *md) {
   const Graph *g = md->g;
   for (int i = 0; i < g->nstashed; i++) {
@@ -2137,10 +2153,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   }
   if (best->ok) {
     /* The start must respect the dominance bounds to be accepted. */
-    for (int i = 0; i < g->nstashed; i++) {
-      int t = g->stashed[i];
-      if (md.colO[t] >= 0 && md.m.col_ub[md.colO[t]] == 0 && best->dec[t] == DEC_OFFLOAD) best->dec[t] = DEC_KEEP;
-    }
+    keep_forbidden_offloads(&md, best->dec);
     int64_t pk;
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = objective_of(&md, md.m.start);
@@ -2336,8 +2349,7 @@ static void cut_excess(const MilpModel *cuts, int r0, const double *x, double *o
 static int64_t eval_vector(const Ilp *md, const Decision *decs, int v, Decision *dec, double *x) {
   const Graph *g = md->g;
   memcpy(dec, decs + (size_t)v * (size_t)g->ntensors, (size_t)g->ntensors * sizeof(Decision));
-  for (int t = 0; t < g->ntensors; t++)
-    if (dec[t] == DEC_OFFLOAD && md->m.col_ub[md->colO[t]] == 0) dec[t] = DEC_KEEP;
+  keep_forbidden_offloads(md, dec);
   int64_t pk;
   return ilp_eval(md, dec, x, &pk) ? -1 : pk;
 }
@@ -2351,10 +2363,8 @@ static double base_excess(const Ilp *md, const double *point, const double *x, M
            .sw = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double))};
   double most = r.it && r.scol && r.sw ? -HUGE_VAL : HUGE_VAL;
   for (int kind = 0; kind < CUT_KINDS && r.it && r.scol && r.sw; kind++) {
-    int nrows = kind == CUT_WINDOW ? md->nwin : kind == CUT_QUEUE ? md->nfrow : md->npos;
-    memset(w->acc, 0, (size_t)md->m.ncols * sizeof(double));
-    w->ntouched = w->e = 0, w->cst = 0;
-    for (int i = 0; i < nrows; i++) {
+    mem_reset(md, w);
+    for (int i = 0; i < cut_rows(md, kind); i++) {
       if (kind == CUT_MEMORY) w->p = i, mem_step(md, w);
       mir_row(md, kind, i, w, point, &r);
       most = fmax(most, mir_base_excess(&r, x) / fmax(1, fabs(r.beta)));
