@@ -144,7 +144,7 @@ static int cmd_plan(int argc, char **argv) {
   if (!g) die(&e);
   Device *d = load_device(device_name, &e);
   if (!d) die(&e);
-  if (costs && (cost_load_profile(g, costs, &e) || cost_load_profile_links(d, costs, &e))) die(&e);
+  if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   o.budget_bytes = budget ? parse_budget(budget, g, d, &e) : d->memory - d->reserve;
   if (o.budget_bytes < 0) die(&e);
   Plan *p = plan_make(g, d, &o, &e);
@@ -308,10 +308,9 @@ static int cmd_simulate(int argc, char **argv) {
   if (!g) die(&e);
   Plan *p = plan_load(plan_path, g, &e);
   if (!p) die(&e);
-  if (costs && cost_load_profile(g, costs, &e)) die(&e);
   Device *d = load_device(device_name ? device_name : p->device, &e);
   if (!d) die(&e);
-  if (costs && cost_load_profile_links(d, costs, &e)) die(&e);
+  if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   SimResult r;
   if (sim_run(p, g, d, trace, &r, &e)) die(&e);
   if (trace) {
@@ -408,7 +407,7 @@ static int cmd_report(int argc, char **argv) {
   if (!g) die(&e);
   Device *d = load_device(device_name, &e);
   if (!d) die(&e);
-  if (costs && (cost_load_profile(g, costs, &e) || cost_load_profile_links(d, costs, &e))) die(&e);
+  if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   static char *names[1000], *sizes[1000];
   static int64_t bytes[1000];
   if (strategies) {

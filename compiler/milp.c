@@ -64,22 +64,26 @@ int milp_add_row(MilpModel *m, double lb, double ub, int n, const int *cols, con
   if (!grow((void **)&m->row_lb, m->nrows + 1, &cap, sizeof(double)) ||
       !grow((void **)&m->row_ub, m->nrows + 1, &m->cap_rows, sizeof(double)))
     return m->failed = true, -1;
-  cap = m->cap_nz;
-  int cap2 = m->cap_nz;
-  if (!grow((void **)&m->nz_row, m->nnz + n, &cap, sizeof(int)) || !grow((void **)&m->nz_col, m->nnz + n, &cap2, sizeof(int)) ||
-      !grow((void **)&m->nz_val, m->nnz + n, &m->cap_nz, sizeof(double)))
-    return m->failed = true, -1;
   int r = m->nrows++;
   m->row_lb[r] = lb;
   m->row_ub[r] = ub;
-  for (int k = 0; k < n; k++) {
-    if (vals[k] == 0) continue;
-    m->nz_row[m->nnz] = r;
-    m->nz_col[m->nnz] = cols[k];
-    m->nz_val[m->nnz] = vals[k];
-    m->nnz++;
-  }
+  for (int k = 0; k < n; k++)
+    if (milp_add_term(m, r, cols[k], vals[k])) return -1;
   return r;
+}
+
+int milp_add_term(MilpModel *m, int row, int col, double val) {
+  if (m->failed) return -1;
+  if (val == 0) return 0;
+  int cap = m->cap_nz, cap2 = m->cap_nz;
+  if (!grow((void **)&m->nz_row, m->nnz + 1, &cap, sizeof(int)) || !grow((void **)&m->nz_col, m->nnz + 1, &cap2, sizeof(int)) ||
+      !grow((void **)&m->nz_val, m->nnz + 1, &m->cap_nz, sizeof(double)))
+    return m->failed = true, -1;
+  m->nz_row[m->nnz] = row;
+  m->nz_col[m->nnz] = col;
+  m->nz_val[m->nnz] = val;
+  m->nnz++;
+  return 0;
 }
 
 void milp_model_free(MilpModel *m) {
@@ -543,15 +547,22 @@ static int cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Er
     value[at] = m->nz_val[k];
   }
   Cbc_Model *model = Cbc_newModel();
+  if (!model) {
+    free(start), free(index), free(value), free(fill);
+    return err_set(e, "milp: CBC could not create a model");
+  }
   Cbc_loadProblem(model, m->ncols, m->nrows, start, index, value, m->col_lb, m->col_ub, m->obj, m->row_lb, m->row_ub);
   free(start), free(index), free(value), free(fill);
   for (int c = 0; c < m->ncols; c++)
     if (m->col_int[c]) Cbc_setInteger(model, c);
   Cbc_setLogLevel(model, 0);
   Cbc_setParameter(model, "threads", "1");
-  char gap[32];
-  snprintf(gap, sizeof gap, "%g", o->mip_gap);
-  Cbc_setParameter(model, "ratioGap", gap);
+  if (o->mip_gap > 0) { /* else CBC's own */
+    char gap[32];
+    snprintf(gap, sizeof gap, "%g", o->mip_gap);
+    Cbc_setParameter(model, "ratioGap", gap);
+  }
+  Cbc_setParameter(model, "timeMode", "elapsed"); /* --time-limit is wall-clock seconds */
   if (o->time_limit > 0) Cbc_setMaximumSeconds(model, o->time_limit);
   if (m->start) {
     int *idx = util_xcalloc((size_t)m->ncols + 1, sizeof(int));

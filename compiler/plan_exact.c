@@ -35,8 +35,6 @@
  */
 #include "ration.h"
 
-#include <coin/Cbc_C_Interface.h>
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,103 +44,6 @@
 /* Beyond this the MILP is too large to build, let alone solve. */
 #define EXACT_MAX_OPS 120
 #define EXACT_DEFAULT_SECONDS 60.0
-
-/* A growable sparse MILP handed to CBC in one piece. */
-typedef struct CkMilp {
-  int ncols, cols_cap;
-  double *lb, *ub, *obj;
-  char *integer;
-  int nrows, rows_cap;
-  int *row_start; /* nrows + 1 entries into idx/val */
-  char *sense;
-  double *rhs;
-  int nnz, nnz_cap;
-  int *idx;
-  double *val;
-  bool failed;
-} CkMilp;
-
-static bool grow(void **p, int need, int *cap, size_t elem) {
-  if (need <= *cap) return true;
-  int c = *cap ? *cap : 256;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, (size_t)c * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = c;
-  return true;
-}
-
-static int ck_col(CkMilp *m, double lb, double ub, double obj, bool integer) {
-  int c = m->ncols, cap = m->cols_cap;
-  bool ok = grow((void **)&m->lb, c + 1, &cap, sizeof(double));
-  cap = m->cols_cap;
-  ok = ok && grow((void **)&m->ub, c + 1, &cap, sizeof(double));
-  cap = m->cols_cap;
-  ok = ok && grow((void **)&m->obj, c + 1, &cap, sizeof(double));
-  cap = m->cols_cap;
-  ok = ok && grow((void **)&m->integer, c + 1, &cap, 1);
-  if (!ok) {
-    m->failed = true;
-    return -1;
-  }
-  m->cols_cap = cap;
-  m->lb[c] = lb;
-  m->ub[c] = ub;
-  m->obj[c] = obj;
-  m->integer[c] = integer;
-  return m->ncols++;
-}
-
-/* Rows are built term by term: ck_term() after ck_row(). */
-static void ck_row(CkMilp *m, char sense, double rhs) {
-  int r = m->nrows, cap = m->rows_cap;
-  /* One capacity for the three arrays: all grow to the same r + 2. */
-  bool ok = grow((void **)&m->sense, r + 2, &cap, 1);
-  cap = m->rows_cap;
-  ok = ok && grow((void **)&m->rhs, r + 2, &cap, sizeof(double));
-  cap = m->rows_cap;
-  ok = ok && grow((void **)&m->row_start, r + 2, &cap, sizeof(int));
-  if (!ok) {
-    m->failed = true;
-    return;
-  }
-  m->rows_cap = cap;
-  m->sense[r] = sense;
-  m->rhs[r] = rhs;
-  m->row_start[r] = m->nnz;
-  m->row_start[r + 1] = m->nnz;
-  m->nrows++;
-}
-
-static void ck_term(CkMilp *m, int col, double coef) {
-  if (col < 0 || m->failed) return;
-  int cap = m->nnz_cap;
-  bool ok = grow((void **)&m->idx, m->nnz + 1, &cap, sizeof(int));
-  cap = m->nnz_cap;
-  ok = ok && grow((void **)&m->val, m->nnz + 1, &cap, sizeof(double));
-  if (!ok) {
-    m->failed = true;
-    return;
-  }
-  m->nnz_cap = cap;
-  m->idx[m->nnz] = col;
-  m->val[m->nnz] = coef;
-  m->nnz++;
-  m->row_start[m->nrows] = m->nnz;
-}
-
-static void ck_free(CkMilp *m) {
-  free(m->lb);
-  free(m->ub);
-  free(m->obj);
-  free(m->integer);
-  free(m->row_start);
-  free(m->sense);
-  free(m->rhs);
-  free(m->idx);
-  free(m->val);
-}
 
 /* ------------------------------------------------------------ model */
 
@@ -159,8 +60,17 @@ typedef struct Exact {
   int *S;           /* [t*ntensors+v] -> column or -1 */
   int **F;          /* [t*n+k] -> nfs[k] columns, NULL if (t,k) inactive */
   double scale;     /* bytes per memory unit in the rows */
-  CkMilp m;
+  MilpModel m;
+  int row;          /* the row ck_term() adds to */
 } Exact;
+
+/* Rows are built term by term: ck_term() after ck_row(); only 'L' (<= rhs)
+ * and 'E' rows occur. */
+static void ck_row(Exact *x, char sense, double rhs) { x->row = milp_add_row(&x->m, sense == 'E' ? rhs : -HUGE_VAL, rhs, 0, NULL, NULL); }
+
+static void ck_term(Exact *x, int col, double coef) {
+  if (col >= 0 && x->row >= 0) milp_add_term(&x->m, x->row, col, coef);
+}
 
 static bool is_act(const Graph *g, int v) { return !graph_is_resident(&g->tensors[v]); }
 
@@ -221,7 +131,7 @@ static void exact_release(Exact *x) {
   free(x->R);
   free(x->S);
   free(x->F);
-  ck_free(&x->m);
+  milp_model_free(&x->m);
 }
 
 static bool reads(const Op *o, int v) {
@@ -233,20 +143,20 @@ static bool reads(const Op *o, int v) {
 /* Columns and rows for a budget of `avail` bytes above the resident ones. */
 static int exact_build(Exact *x, int64_t avail, Err *e) {
   const Graph *g = x->g;
-  CkMilp *m = &x->m;
+  MilpModel *m = &x->m;
   int n = x->n, nt = g->ntensors;
   x->scale = avail > 0 ? (double)avail : 1.0;
   for (int t = 0; t < n; t++)
     for (int k = 0; k <= t; k++) {
       bool active = k == t || x->recomp[k];
-      x->R[t * n + k] = !active ? -1 : ck_col(m, k == t ? 1 : 0, 1, cost_op_seconds(g, x->d, k) * 1e6, true);
+      x->R[t * n + k] = !active ? -1 : milp_add_col(m, k == t ? 1 : 0, 1, cost_op_seconds(g, x->d, k) * 1e6, true);
     }
   for (int t = 0; t < n; t++)
     for (int v = 0; v < nt; v++) {
       const Tensor *tv = &g->tensors[v];
       /* Holding a tensor past its last reader only costs memory. */
       bool exists = is_act(g, v) && tv->producer >= 0 && tv->producer < t && (tv->is_output || t <= tv->last_read);
-      x->S[(size_t)t * nt + v] = exists ? ck_col(m, tv->is_output ? 1 : 0, 1, 0, true) : -1;
+      x->S[(size_t)t * nt + v] = exists ? milp_add_col(m, tv->is_output ? 1 : 0, 1, 0, true) : -1;
     }
   for (int t = 0; t < n; t++)
     for (int k = 0; k <= t; k++) {
@@ -254,7 +164,7 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
       int *cols = util_xcalloc((size_t)x->nfs[k], sizeof(int));
       if (!cols) return err_set(e, "%s: out of memory", g->path);
       x->F[t * n + k] = cols;
-      for (int q = 0; q < x->nfs[k]; q++) cols[q] = ck_col(m, 0, g->tensors[x->fs[k][q]].is_output ? 0 : 1, 0, false);
+      for (int q = 0; q < x->nfs[k]; q++) cols[q] = milp_add_col(m, 0, g->tensors[x->fs[k][q]].is_output ? 0 : 1, 0, false);
     }
   for (int t = 0; t < n; t++) {
     /* Dependencies of every op that may run in stage t. */
@@ -264,31 +174,31 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
       for (int j = 0; j < o->ninputs; j++) {
         int v = o->inputs[j];
         if (!is_act(g, v)) continue;
-        ck_row(m, 'L', 0);
-        ck_term(m, R_at(x, t, k), 1);
-        ck_term(m, R_at(x, t, g->tensors[v].producer), -1);
-        ck_term(m, S_at(x, t, v), -1);
+        ck_row(x, 'L', 0);
+        ck_term(x, R_at(x, t, k), 1);
+        ck_term(x, R_at(x, t, g->tensors[v].producer), -1);
+        ck_term(x, S_at(x, t, v), -1);
       }
     }
     /* A re-run is only worth its time if a later op of the stage reads
      * one of its outputs: a valid cut that tightens the relaxation. */
     for (int k = 0; k < t; k++) {
       if (R_at(x, t, k) < 0) continue;
-      ck_row(m, 'L', 0);
-      ck_term(m, R_at(x, t, k), 1);
+      ck_row(x, 'L', 0);
+      ck_term(x, R_at(x, t, k), 1);
       for (int j = k + 1; j <= t; j++) {
         bool uses = false;
         for (int q = 0; q < g->ops[k].noutputs && R_at(x, t, j) >= 0; q++) uses |= reads(&g->ops[j], g->ops[k].outputs[q]);
-        if (uses) ck_term(m, R_at(x, t, j), -1);
+        if (uses) ck_term(x, R_at(x, t, j), -1);
       }
     }
     /* Holding into the next stage. */
     for (int v = 0; v < nt && t + 1 < n; v++) {
       if (S_at(x, t + 1, v) < 0 || g->tensors[v].producer == t) continue;
-      ck_row(m, 'L', 0);
-      ck_term(m, S_at(x, t + 1, v), 1);
-      ck_term(m, S_at(x, t, v), -1);
-      ck_term(m, R_at(x, t, g->tensors[v].producer), -1);
+      ck_row(x, 'L', 0);
+      ck_term(x, S_at(x, t + 1, v), 1);
+      ck_term(x, S_at(x, t, v), -1);
+      ck_term(x, R_at(x, t, g->tensors[v].producer), -1);
     }
     /* Freeing: F <= R[t][k], F <= 1 - S[t+1][v], F <= 1 - R[t][j] for
      * every later reader j. Freeing only lowers memory, so the solver
@@ -299,19 +209,19 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
       for (int q = 0; fc && q < x->nfs[k]; q++) {
         int v = x->fs[k][q];
         if (g->tensors[v].is_output) continue;
-        ck_row(m, 'L', 0);
-        ck_term(m, fc[q], 1);
-        ck_term(m, R_at(x, t, k), -1);
+        ck_row(x, 'L', 0);
+        ck_term(x, fc[q], 1);
+        ck_term(x, R_at(x, t, k), -1);
         if (S_at(x, t + 1, v) >= 0) {
-          ck_row(m, 'L', 1);
-          ck_term(m, fc[q], 1);
-          ck_term(m, S_at(x, t + 1, v), 1);
+          ck_row(x, 'L', 1);
+          ck_term(x, fc[q], 1);
+          ck_term(x, S_at(x, t + 1, v), 1);
         }
         for (int j = k + 1; j <= t; j++)
           if (R_at(x, t, j) >= 0 && reads(&g->ops[j], v)) {
-            ck_row(m, 'L', 1);
-            ck_term(m, fc[q], 1);
-            ck_term(m, R_at(x, t, j), 1);
+            ck_row(x, 'L', 1);
+            ck_term(x, fc[q], 1);
+            ck_term(x, R_at(x, t, j), 1);
           }
       }
     }
@@ -320,21 +230,21 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
     int prev = -1, prev_u = -1;
     for (int k = 0; k <= t; k++) {
       if (R_at(x, t, k) < 0) continue;
-      int u = ck_col(m, 0, 1e30, 0, false);
-      ck_row(m, 'E', 0);
-      ck_term(m, u, 1);
-      ck_term(m, R_at(x, t, k), -(double)x->out_bytes[k] / x->scale);
+      int u = milp_add_col(m, 0, HUGE_VAL, 0, false);
+      ck_row(x, 'E', 0);
+      ck_term(x, u, 1);
+      ck_term(x, R_at(x, t, k), -(double)x->out_bytes[k] / x->scale);
       if (prev < 0) {
         for (int v = 0; v < nt; v++)
-          if (S_at(x, t, v) >= 0) ck_term(m, S_at(x, t, v), -(double)g->tensors[v].bytes / x->scale);
+          if (S_at(x, t, v) >= 0) ck_term(x, S_at(x, t, v), -(double)g->tensors[v].bytes / x->scale);
       } else {
-        ck_term(m, prev_u, -1);
+        ck_term(x, prev_u, -1);
         for (int q = 0; x->F[t * n + prev] && q < x->nfs[prev]; q++)
-          ck_term(m, x->F[t * n + prev][q], (double)g->tensors[x->fs[prev][q]].bytes / x->scale);
+          ck_term(x, x->F[t * n + prev][q], (double)g->tensors[x->fs[prev][q]].bytes / x->scale);
       }
-      ck_row(m, 'L', avail / x->scale);
-      ck_term(m, u, 1);
-      ck_term(m, R_at(x, t, k), (double)g->ops[k].workspace / x->scale);
+      ck_row(x, 'L', avail / x->scale);
+      ck_term(x, u, 1);
+      ck_term(x, R_at(x, t, k), (double)g->ops[k].workspace / x->scale);
       prev = k;
       prev_u = u;
     }
@@ -437,84 +347,27 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Hands the row-wise model to CBC in one call (column-major): adding rows
- * one at a time makes CoinPackedMatrix regrow per row, which took longer
- * than any time limit on a 100-op graph. */
-static int load_cbc(Cbc_Model *cbc, const CkMilp *m) {
-  int *start = util_xcalloc((size_t)m->ncols + 1, sizeof *start), *fill = util_xcalloc((size_t)m->ncols + 1, sizeof *fill);
-  int *index = util_xcalloc((size_t)m->nnz + 1, sizeof *index);
-  double *value = util_xcalloc((size_t)m->nnz + 1, sizeof *value);
-  double *rlo = util_xcalloc((size_t)m->nrows + 1, sizeof *rlo), *rhi = util_xcalloc((size_t)m->nrows + 1, sizeof *rhi);
-  int rc = -1;
-  if (start && fill && index && value && rlo && rhi) {
-    for (int k = 0; k < m->nnz; k++) start[m->idx[k] + 1]++;
-    for (int c = 0; c < m->ncols; c++) start[c + 1] += start[c];
-    for (int r = 0; r < m->nrows; r++) {
-      for (int k = m->row_start[r]; k < m->row_start[r + 1]; k++) {
-        int c = m->idx[k], at = start[c] + fill[c]++;
-        index[at] = r;
-        value[at] = m->val[k];
-      }
-      rlo[r] = m->sense[r] == 'L' ? -DBL_MAX : m->rhs[r];
-      rhi[r] = m->sense[r] == 'G' ? DBL_MAX : m->rhs[r];
-    }
-    Cbc_loadProblem(cbc, m->ncols, m->nrows, start, index, value, m->lb, m->ub, m->obj, rlo, rhi);
-    for (int c = 0; c < m->ncols; c++)
-      if (m->integer[c]) Cbc_setInteger(cbc, c);
-    rc = 0;
-  }
-  free(start);
-  free(fill);
-  free(index);
-  free(value);
-  free(rlo);
-  free(rhi);
-  return rc;
-}
-
 /* One MILP solve at `avail` bytes; a plan, or NULL with e set. */
 static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, int64_t avail, SolverInfo *si,
                          Err *e) {
   Exact x = {.g = g, .d = d};
   Plan *p = NULL;
-  Cbc_Model *cbc = NULL;
+  MilpResult r = {0};
   double t0 = now_seconds(), limit = o->time_limit > 0 ? o->time_limit : EXACT_DEFAULT_SECONDS;
   if (exact_prepare(&x, e) || exact_build(&x, avail, e)) goto out;
-  CkMilp *m = &x.m;
-  if (!(cbc = Cbc_newModel())) {
-    err_set(e, "%s: exact: CBC could not create a model", g->path);
-    goto out;
-  }
-  if (load_cbc(cbc, m)) {
-    err_set(e, "%s: exact: out of memory", g->path);
-    goto out;
-  }
-  Cbc_setObjSense(cbc, 1);
-  /* CBC logs to stdout, which is ration's own: progress goes to stderr. */
-  Cbc_setLogLevel(cbc, 0);
+  MilpModel *m = &x.m;
   if (!o->quiet)
     fprintf(stderr, "exact: CBC on %d columns, %d rows, %g s limit\n", m->ncols, m->nrows, limit);
-  Cbc_setMaximumSeconds(cbc, limit);
-  Cbc_setParameter(cbc, "timeMode", "elapsed"); /* a limit in wall-clock seconds, as --time-limit says */
-  Cbc_setParameter(cbc, "threads", "1");
   int64_t keep_all = plan_keep_all_peak(g, d, e);
   if (keep_all < 0) goto out;
-  double *start = keep_all - x.resident <= avail ? util_xcalloc((size_t)m->ncols, sizeof *start) : NULL;
-  if (start) {
-    exact_keep_all_start(&x, start);
-    int *all = util_xcalloc((size_t)m->ncols, sizeof *all);
-    int nint = 0;
-    for (int c = 0; all && c < m->ncols; c++)
-      if (m->integer[c]) all[nint] = c, start[nint++] = start[c];
-    if (all) Cbc_setMIPStartI(cbc, nint, all, start);
-    free(all);
-    free(start);
-  }
-  Cbc_solve(cbc);
-  const double *sol = Cbc_bestSolution(cbc);
-  if (Cbc_isProvenInfeasible(cbc) || !sol) {
+  if (keep_all - x.resident <= avail && (m->start = util_xcalloc((size_t)m->ncols + 1, sizeof *m->start)))
+    exact_keep_all_start(&x, m->start);
+  /* mip_gap 0: CBC's own gap. */
+  MilpOptions mo = {.solver = "cbc", .time_limit = limit, .quiet = true};
+  if (milp_solve(m, &mo, &r, e)) goto out;
+  if (r.status == MILP_INFEASIBLE || r.status == MILP_NO_SOLUTION) {
     char b1[32];
-    if (Cbc_isProvenInfeasible(cbc) || !Cbc_isSecondsLimitReached(cbc))
+    if (r.status == MILP_INFEASIBLE)
       err_set(e, "%s: exact: no schedule, even with arbitrary recomputation, fits a budget of %s (CBC proved it "
                  "infeasible)", g->path, util_fmt_bytes(avail + x.resident, b1, sizeof b1));
     else
@@ -525,18 +378,18 @@ static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, 
   double fixed = 0;
   for (int k = x.n; k < g->nops; k++) fixed += cost_op_seconds(g, d, k);
   snprintf(si->name, sizeof si->name, "cbc");
-  snprintf(si->status, sizeof si->status, "%s", Cbc_isProvenOptimal(cbc) ? "optimal" : "time_limit");
-  si->objective = Cbc_getObjValue(cbc) * 1e-6 + fixed;
-  si->bound = Cbc_isProvenOptimal(cbc) ? si->objective : Cbc_getBestPossibleObjValue(cbc) * 1e-6 + fixed;
+  snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : "time_limit");
+  si->objective = r.objective * 1e-6 + fixed;
+  si->bound = r.status == MILP_OPTIMAL ? si->objective : r.bound * 1e-6 + fixed;
   si->gap = si->objective > 0 ? (si->objective - si->bound) / si->objective : 0;
-  p = exact_plan(&x, sol, e);
+  p = exact_plan(&x, r.x, e);
   if (p && exact_finish(p, g, d, e)) {
     plan_free(p);
     p = NULL;
   }
 out:
   si->seconds = now_seconds() - t0;
-  if (cbc) Cbc_deleteModel(cbc);
+  milp_result_free(&r);
   exact_release(&x);
   return p;
 }

@@ -626,6 +626,14 @@ static int due_op(const Ilp *md, int stream, int t) { return stream ? md->g->ten
 static double issue_time(const Ilp *md, int stream, int a) { return stream ? t_before(md, a) : md->t_end[a]; }
 static double due_time(const Ilp *md, int stream, int b) { return stream ? t_before(md, b) : md->t_end[b]; }
 
+/* A round trip, offload after the producer and prefetch back before the
+ * first backward reader: how far its two copies overrun the compute
+ * between. */
+static double round_trip_late(const Ilp *md, int t) {
+  int p = md->g->tensors[t].producer, f = md->g->tensors[t].first_bwd_read;
+  return md->copy_us[0][t] + md->copy_us[1][t] - (due_time(md, 1, f) - issue_time(md, 0, p));
+}
+
 static bool in_window(const Ilp *md, int stream, int t, int a, int b) {
   return issue_op(md, stream, t) >= a && due_op(md, stream, t) == b;
 }
@@ -824,11 +832,10 @@ static void build_stalls(Ilp *md) {
     md->failed = true;
     goto out;
   }
-  /* A round trip: offload after p, prefetch back before f. */
   for (int t = 0; t < nt; t++) {
     if (md->colO[t] < 0) continue;
     int p = g->tensors[t].producer, f = g->tensors[t].first_bwd_read;
-    double cap = due_time(md, 1, f) - issue_time(md, 0, p), late = md->copy_us[0][t] + md->copy_us[1][t] - cap;
+    double late = round_trip_late(md, t);
     /* Q[f] - Q[p-1] >= late * O: at O = 0 or 1 the same as >= copies * O -
      * cap, and at a fraction no weaker (the hull of the two points). */
     if (late <= 0) continue;
@@ -1168,8 +1175,7 @@ static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x
       int t = md->due_list[1][k];
       if (dec[t] != DEC_OFFLOAD) continue;
       int p = g->tensors[t].producer;
-      double base = p ? q[p - 1] : 0, cap = t_before(md, b) - md->t_end[p];
-      if (base + md->copy_us[0][t] + md->copy_us[1][t] - cap > v) v = base + md->copy_us[0][t] + md->copy_us[1][t] - cap;
+      v = fmax(v, (p ? q[p - 1] : 0) + round_trip_late(md, t));
     }
     for (int i = md->frow_first[b]; i < md->frow_first[b + 1]; i++) {
       const Fifo *f = &md->frow[md->frow_by_b[i]];
@@ -1646,35 +1652,38 @@ static double objective_of(const Ilp *md, const double *x) {
 
 /* ------------------------------------------------------------ public */
 
+/* The model without a memory limit, evaluated at dec into *x: 0, or -1
+ * with e set and nothing left to free. */
+static int eval_unlimited(Ilp *md, const Graph *g, const Device *d, const Decision *dec, double **x, int64_t *peak, Err *e) {
+  if (ilp_build(md, g, d, INT64_MAX / 4, false, 0, e)) return -1;
+  *x = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double));
+  int rc = !*x ? err_set(e, "%s: out of memory", g->path)
+               : ilp_eval(md, dec, *x, peak) ? err_set(e, "%s: decisions outside the ILP's model", g->path) : 0;
+  if (rc) free(*x), ilp_free(md);
+  return rc;
+}
+
 int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e) {
   Ilp md;
-  if (ilp_build(&md, g, d, INT64_MAX / 4, false, 0, e)) return -1;
-  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  double *x;
   int64_t peak;
-  int rc = -1;
-  if (!x) err_set(e, "%s: out of memory", g->path);
-  else if (ilp_eval(&md, dec, x, &peak)) err_set(e, "%s: decisions outside the ILP's model", g->path);
-  else {
-    int last = md.col_q[g->nops - 1];
-    eval_stalls(&md, dec, STALL_ROWS, x);
-    *rows_us = x[last];
-    eval_stalls(&md, dec, STALL_QUEUES, x);
-    *queues_us = x[last];
-    rc = 0;
-  }
+  if (eval_unlimited(&md, g, d, dec, &x, &peak, e)) return -1;
+  int last = md.col_q[g->nops - 1];
+  eval_stalls(&md, dec, STALL_ROWS, x);
+  *rows_us = x[last];
+  eval_stalls(&md, dec, STALL_QUEUES, x);
+  *queues_us = x[last];
   free(x);
   ilp_free(&md);
-  return rc;
+  return 0;
 }
 
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e) {
   Ilp md;
-  if (ilp_build(&md, g, d, INT64_MAX / 4, false, 0, e)) return -1;
-  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
-  int64_t peak = -1;
-  if (!x) err_set(e, "%s: out of memory", g->path);
-  else if (ilp_eval(&md, dec, x, &peak)) err_set(e, "%s: decisions outside the ILP's model", g->path), peak = -1;
-  else if (milp_violation(&md.m, x) > 1e-9)
+  double *x;
+  int64_t peak;
+  if (eval_unlimited(&md, g, d, dec, &x, &peak, e)) return -1;
+  if (milp_violation(&md.m, x) > 1e-9)
     err_set(e, "%s: the ILP's rows reject the decisions' own schedule (violation %g)", g->path, milp_violation(&md.m, x)), peak = -1;
   free(x);
   ilp_free(&md);

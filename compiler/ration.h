@@ -202,10 +202,10 @@ void device_free(Device *d);
 double cost_op_seconds(const Graph *g, const Device *d, int op);
 double cost_d2h_seconds(const Device *d, int64_t bytes);
 double cost_h2d_seconds(const Device *d, int64_t bytes);
-/* Overrides op times with a ration-costs/1 file ({"ops": {"name": us}}). */
-int cost_load_profile(Graph *g, const char *path, Err *e);
-/* The same file's optional measured "d2h_gbps" / "h2d_gbps" into the device. */
-int cost_load_profile_links(Device *d, const char *path, Err *e);
+/* Overrides op times with a ration-costs/1 file ({"ops": {"name": us}}) and,
+ * when d is given, the device's copy figures with the file's optional
+ * measured "d2h_gbps", "h2d_gbps", "copy_compute_share". */
+int cost_load_profile(Graph *g, Device *d, const char *path, Err *e);
 
 /* ---------------------------------------------------------------- plan */
 
@@ -480,6 +480,8 @@ typedef struct MilpResult {
 /* Column or row index, -1 after an allocation failure (then m->failed). */
 int milp_add_col(MilpModel *m, double lb, double ub, double obj, bool integer);
 int milp_add_row(MilpModel *m, double lb, double ub, int n, const int *cols, const double *vals);
+/* One more term of row (0, or -1 after an allocation failure). */
+int milp_add_term(MilpModel *m, int row, int col, double val);
 void milp_model_free(MilpModel *m);
 /* Largest bound or row violation of x, relative to the row's bounds. */
 double milp_violation(const MilpModel *m, const double *x);

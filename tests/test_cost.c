@@ -1,13 +1,29 @@
 /*
  * test_cost.c - the cost model's formulas on hand-computed cases: roofline
  * with the dtype of the first floating output, the f32 fallback, measured
- * times replacing the model, copy times, and a profile overriding ops.
+ * times replacing the model, copy times, and a profile overriding ops and
+ * copy figures, all or nothing.
  */
 #include "ration.h"
 #include "test.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A ration-costs/1 file with the given members after "format", in a fresh
+ * temporary path (written to path). */
+static bool write_costs(char path[64], const char *members) {
+  snprintf(path, 64, "/tmp/ration-test-cost-XXXXXX");
+  int fd = mkstemp(path);
+  if (fd < 0) return false;
+  FILE *f = fdopen(fd, "w");
+  if (!f) return close(fd), false;
+  fprintf(f, "{\"format\": \"ration-costs/1\", %s}", members);
+  return fclose(f) == 0;
+}
 
 static bool near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b)); }
 
@@ -47,12 +63,29 @@ int main(void) {
   }
   T_CASE("profile overrides the ops it names") {
     double fc2 = cost_op_seconds(g, d, graph_find_op(g, "fc2"));
-    T_CHECKF(cost_load_profile(g, "tests/data/mlp.costs.json", &e) == 0, "%s", e.msg);
+    T_CHECKF(cost_load_profile(g, NULL, "tests/data/mlp.costs.json", &e) == 0, "%s", e.msg);
     T_CHECK(near(cost_op_seconds(g, d, graph_find_op(g, "fc1")), 10e-6));
     T_CHECK(cost_op_seconds(g, d, graph_find_op(g, "act_bw")) == 0);
     T_CHECK(near(cost_op_seconds(g, d, graph_find_op(g, "loss_bw")), 7.25e-6));
     T_CHECK(cost_op_seconds(g, d, graph_find_op(g, "fc2")) == fc2);
     T_CHECK(near(cost_op_seconds(g, d, graph_find_op(g, "act")), 2.5e-6));
+  }
+  T_CASE("profile with copy figures: both bandwidths and the share go into the device") {
+    char path[64];
+    T_CHECK(write_costs(path, "\"ops\": {\"fc1\": 12}, \"d2h_gbps\": 3.5, \"h2d_gbps\": 7, \"copy_compute_share\": 0.25"));
+    T_CHECKF(cost_load_profile(g, d, path, &e) == 0, "%s", e.msg);
+    T_CHECK(near(cost_op_seconds(g, d, graph_find_op(g, "fc1")), 12e-6));
+    T_CHECK(d->d2h_gbps == 3.5 && d->h2d_gbps == 7 && d->copy_compute_share == 0.25);
+    unlink(path);
+  }
+  T_CASE("profile with a bad copy figure: one error with its JSON path, neither graph nor device changed") {
+    char path[64];
+    T_CHECK(write_costs(path, "\"ops\": {\"fc1\": 99}, \"h2d_gbps\": 0"));
+    T_CHECK(cost_load_profile(g, d, path, &e) == -1);
+    T_CHECKF(strstr(e.msg, path) && strstr(e.msg, "h2d_gbps") && strstr(e.msg, "must be > 0"), "%s", e.msg);
+    T_CHECK(near(cost_op_seconds(g, d, graph_find_op(g, "fc1")), 12e-6));
+    T_CHECK(d->d2h_gbps == 3.5 && d->h2d_gbps == 7 && d->copy_compute_share == 0.25);
+    unlink(path);
   }
   graph_free(g);
   device_free(d);

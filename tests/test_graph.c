@@ -30,7 +30,7 @@ static const char *load_as(const char *kind, const char *file, Err *e) {
     /* A rejected profile must leave every op time as it was. */
     double before[64];
     for (int i = 0; i < g->nops && i < 64; i++) before[i] = g->ops[i].time_us;
-    if (cost_load_profile(g, file, e) != 0) {
+    if (cost_load_profile(g, NULL, file, e) != 0) {
       msg = e->msg;
       for (int i = 0; i < g->nops && i < 64; i++)
         if (g->ops[i].time_us != before[i]) msg = "profile half-applied";

@@ -213,9 +213,8 @@ static void profiles(const rt_Schedule *s) {
   if (rc != RT_OK) goto done;
   Err e = {{0}};
   Device *d = device_load("budgets/cpu.json", &e);
-  int lrc = d ? cost_load_profile(graph, path, &e) : -1;
   if (d) d->copy_compute_share = -1;
-  if (lrc == 0) lrc = cost_load_profile_links(d, path, &e);
+  int lrc = d ? cost_load_profile(graph, d, path, &e) : -1;
   int off = 0;
   for (int o = 0; lrc == 0 && o < graph->nops; o++) {
     double want = rt_op_seconds(a, o) * 1e6;
@@ -236,7 +235,7 @@ static void profiles(const rt_Schedule *s) {
   else if (started) pthread_join(tb, NULL);
   if (started) pthread_join(ta, NULL);
   T_CASE("two writers of one path: every write succeeds, the file is one whole profile, no temporary left")
-    T_CHECKF(started && wa.failed == 0 && wb.failed == 0 && cost_load_profile(graph, path, &e) == 0 &&
+    T_CHECKF(started && wa.failed == 0 && wb.failed == 0 && cost_load_profile(graph, NULL, path, &e) == 0 &&
              temporaries(tmpdir) == 0, "failed %d + %d; %s; %d temporaries", wa.failed, wb.failed, e.msg,
              temporaries(tmpdir));
 
