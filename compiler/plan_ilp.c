@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@
 #define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 #define ILP_PROOF_GAP 0.01   /* a tree that ends above it is followed by one with cuts, */
 #define ILP_PROOF_WORK 8e8   /* ... counted like the first (ILP_TREE_WORK) */
+#define ILP_KICKS 8          /* kicks guided by the relaxation where the plan is still over ILP_PROOF_GAP, */
+#define ILP_KICK_TENSORS 2   /* ... each moving this many tensors */
 
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
@@ -2054,6 +2057,52 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   free(order);
 }
 
+/* Kicks guided by the relaxation (an iterated local search around the
+ * best plan): where it is still more than ILP_PROOF_GAP above the bound,
+ * ILP_KICK_TENSORS of the tensors whose decision the LP's point does not
+ * take whole move to the choice the point prefers among the others; the
+ * result is repaired in the point's keep order and polished with
+ * exchanges, and replaces the best plan if faster. The descent cannot
+ * leave its local optimum by single changes and exchanges; the point
+ * says which way to jump. Deterministic: a fixed-seed generator. */
+static void kick(const Ilp *md, Candidate *best, const double *point, double bound, int64_t limit, double *x, double deadline,
+                 long evals) {
+  const Graph *g = md->g;
+  Decision *kicked = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *polished = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  int *doubted = util_xcalloc((size_t)g->nstashed + 1, sizeof(int)), ndoubted = 0;
+  for (int i = 0; kicked && polished && doubted && i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    if (md->colK[t] < 0) continue;
+    double v[3] = {point[md->colK[t]], point[md->colR[t]], point[md->colO[t]]};
+    if (v[best->dec[t] - DEC_KEEP] < 1 - 1e-6) doubted[ndoubted++] = t;
+  }
+  uint64_t seed = 0x9e3779b97f4a7c15u;
+  for (int round = 0; ndoubted && round < ILP_KICKS && (best->objective - bound) > ILP_PROOF_GAP * best->objective &&
+                      seconds_now() < deadline;
+       round++) {
+    memcpy(kicked, best->dec, (size_t)g->ntensors * sizeof(Decision));
+    for (int i = 0; i < ILP_KICK_TENSORS; i++) {
+      seed = seed * 6364136223846793005u + 1442695040888963407u;
+      int t = doubted[(seed >> 33) % (uint64_t)ndoubted], to = -1;
+      double v[3] = {point[md->colK[t]], point[md->colR[t]], point[md->colO[t]]};
+      for (int d = 0; d < 3; d++)
+        if (d != (int)(best->dec[t] - DEC_KEEP) && (to < 0 || v[d] > v[to])) to = d;
+      kicked[t] = (Decision)(DEC_KEEP + to);
+    }
+    repair(md, point, kicked, limit, x);
+    Candidate c = {.dec = polished};
+    consider(md, &c, kicked, limit, x);
+    if (!c.ok) continue;
+    improve(md, &c, limit, x, deadline - seconds_now(), evals, true);
+    if (c.objective < best->objective - 1e-9) {
+      memcpy(best->dec, c.dec, (size_t)g->ntensors * sizeof(Decision));
+      best->objective = c.objective, best->peak = c.peak;
+    }
+  }
+  free(kicked), free(polished), free(doubted);
+}
+
 static bool polish_x(void *ctx, double *cols) {
   Polish *p = ctx;
   Decision *dec = util_xcalloc((size_t)p->md->g->ntensors + 1, sizeof(Decision));
@@ -2204,6 +2253,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   /* The solver's candidates went through the exchanges in the hook; the
    * starts alone (no LP point) did not. */
   improve(&md, best, limit, x, budget_s / 4, pol.exchanged ? evals : xevals, !pol.exchanged);
+  if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE)
+    kick(&md, best, r.lp_x, r.bound, limit, x, fmin(deadline, seconds_now() + budget_s / 4), xevals);
   bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
