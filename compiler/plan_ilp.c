@@ -427,6 +427,9 @@ static bool regen(const Ilp *md, int t) { return plan_regenerable(md->g, t); }
 
 static bool decided(const Ilp *md, int t) { return md->colK[t] >= 0; }
 
+/* Offload is still a choice for t (remove_dominated fixes some O at 0). */
+static bool offload_allowed(const Ilp *md, int t) { return md->colO[t] >= 0 && md->m.col_ub[md->colO[t]] > 0; }
+
 /* ------------------------------------------------------------ structure */
 
 static int build_consumers(Ilp *md) {
@@ -895,6 +898,16 @@ typedef struct MirCut {
   int row; /* the window or position it came from */
 } MirCut;
 
+/* Room for a row over every column of the model. */
+static Mir mir_new(const Ilp *md) {
+  size_t n = (size_t)md->m.ncols + 1;
+  return (Mir){.it = util_xcalloc(n, sizeof(MirItem)), .scol = util_xcalloc(n, sizeof(int)), .sw = util_xcalloc(n, sizeof(double))};
+}
+
+static bool mir_ok(const Mir *r) { return r->it && r->scol && r->sw; }
+
+static void mir_free(Mir *r) { free(r->it), free(r->scol), free(r->sw); }
+
 static void mir_item(Mir *r, int col, double a, double x) {
   bool flip = x > 0.5;
   r->it[r->n++] = (MirItem){col, flip ? -a : a, flip ? 1 - x : x, flip};
@@ -967,7 +980,7 @@ static void mir_window(const Ilp *md, const Window *w, const double *x, Mir *r) 
   if (w->a) r->scol[r->ns] = md->col_q[w->a - 1], r->sw[r->ns++] = -1;
   for (int i = 0; i < md->nfifo[w->stream]; i++) {
     int t = md->fifo[w->stream][i];
-    if (issue_op(md, w->stream, t) < w->a || due_op(md, w->stream, t) > w->b || md->m.col_ub[md->colO[t]] == 0) continue;
+    if (issue_op(md, w->stream, t) < w->a || due_op(md, w->stream, t) > w->b || !offload_allowed(md, t)) continue;
     mir_item(r, md->colO[t], md->copy_us[w->stream][t], x[md->colO[t]]);
   }
 }
@@ -988,7 +1001,7 @@ static void mir_fifo(const Ilp *md, const Fifo *f, const double *x, Mir *r) {
   r->scol[r->ns] = md->col_q[f->b], r->sw[r->ns++] = 1;
   if (a) r->scol[r->ns] = md->col_q[a - 1], r->sw[r->ns++] = -1;
   for (int i = f->i0; i <= f->it; i++)
-    if (md->m.col_ub[md->colO[q[i]]] > 0)
+    if (offload_allowed(md, q[i]))
       mir_item(r, md->colO[q[i]], md->copy_us[f->stream][q[i]] + (i == f->it ? big : 0), x[md->colO[q[i]]]);
 }
 
@@ -1068,14 +1081,13 @@ static void separate(void *ctx, const double *x, MilpModel *cuts) {
   int nc = md->m.ncols, most = 0;
   for (int kind = 0; kind < CUT_KINDS; kind++) most = cut_rows(md, kind) > most ? cut_rows(md, kind) : most;
   double limit = md->m.col_ub[md->mcol[0]], mem_scale = fmax(1, limit) * 1e-3; /* MiB per GiB of the limit */
-  Mir r = {.it = util_xcalloc((size_t)nc + 1, sizeof(MirItem)), .scol = util_xcalloc((size_t)nc + 1, sizeof(int)),
-           .sw = util_xcalloc((size_t)nc + 1, sizeof(double))};
+  Mir r = mir_new(md);
   MirCut *found = util_xcalloc((size_t)most + 1, sizeof(MirCut));
   char *chosen = util_xcalloc((size_t)md->npos + 1, 1);
   int *cols = util_xcalloc((size_t)nc + 1, sizeof(int));
   double *vals = util_xcalloc((size_t)nc + 1, sizeof(double));
   MemWalk w = {.acc = util_xcalloc((size_t)nc + 1, sizeof(double)), .touched = util_xcalloc((size_t)nc + 1, sizeof(int))};
-  if (!r.it || !r.scol || !r.sw || !found || !chosen || !cols || !vals || !w.acc || !w.touched) goto out;
+  if (!mir_ok(&r) || !found || !chosen || !cols || !vals || !w.acc || !w.touched) goto out;
   for (int kind = 0; kind < CUT_KINDS; kind++) {
     int nfound = 0;
     for (int i = 0; i < cut_rows(md, kind); i++) {
@@ -1113,7 +1125,8 @@ static void separate(void *ctx, const double *x, MilpModel *cuts) {
     free(delta);
   }
 out:
-  free(r.it), free(r.scol), free(r.sw), free(found), free(chosen), free(cols), free(vals), free(w.acc), free(w.touched);
+  mir_free(&r);
+  free(found), free(chosen), free(cols), free(vals), free(w.acc), free(w.touched);
 }
 
 /* Q for one decision vector: the least the rows allow (windows, round
@@ -1785,7 +1798,7 @@ static void score_moves(const Ilp *md, const Candidate *best, int64_t limit, dou
     if (md->colK[t] < 0) continue;
     Decision was = cur[t];
     for (int dd = DEC_KEEP; dd <= DEC_OFFLOAD; dd++) {
-      if (dd == (int)was || (dd == DEC_OFFLOAD && md->m.col_ub[md->colO[t]] == 0)) continue;
+      if (dd == (int)was || (dd == DEC_OFFLOAD && !offload_allowed(md, t))) continue;
       cur[t] = (Decision)dd;
       int64_t pk;
       (*evals)--;
@@ -1973,20 +1986,20 @@ static void pool_add(Pool *pool, const Graph *g, const Candidate *k) {
  * earlier), re-runs the same ops as keep, and only adds copy time. Keep is
  * never worse, so O is fixed at 0 (on the H100 profile: 2 of gpt2-124m's
  * 162 stashed tensors, 3 of llama3-8b's 357, 11 of unet's 94). */
-/* Offloads the model forbids (remove_dominated) become keeps. */
-static void keep_forbidden_offloads(const Ilp *md, Decision *dec) {
-  for (int i = 0; i < md->g->nstashed; i++) {
-    int t = md->g->stashed[i];
-    if (dec[t] == DEC_OFFLOAD && md->colO[t] >= 0 && md->m.col_ub[md->colO[t]] == 0) dec[t] = DEC_KEEP;
-  }
-}
-
 static void remove_dominated(Ilp *md) {
   const Graph *g = md->g;
   for (int i = 0; i < g->nstashed; i++) {
     int t = g->stashed[i], fbr = g->tensors[t].first_bwd_read;
     if (md->colO[t] >= 0 && plan_prefetch_issue_op(g, md->d, t, fbr) <= plan_offload_wait_op(g, md->d, t) + 1)
       md->m.col_ub[md->colO[t]] = 0;
+  }
+}
+
+/* Offloads the model forbids (remove_dominated) become keeps. */
+static void keep_forbidden_offloads(const Ilp *md, Decision *dec) {
+  for (int i = 0; i < md->g->nstashed; i++) {
+    int t = md->g->stashed[i];
+    if (dec[t] == DEC_OFFLOAD && md->colO[t] >= 0 && !offload_allowed(md, t)) dec[t] = DEC_KEEP;
   }
 }
 
@@ -2048,8 +2061,7 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
     }
   for (int i = 0; i < n && peak > limit; i++) {
     int t = order[i];
-    bool offload_allowed = md->m.col_ub[md->colO[t]] > 0;
-    dec[t] = offload_allowed && cols[md->colO[t]] > cols[md->colR[t]] ? DEC_OFFLOAD : DEC_RECOMPUTE;
+    dec[t] = offload_allowed(md, t) && cols[md->colO[t]] > cols[md->colR[t]] ? DEC_OFFLOAD : DEC_RECOMPUTE;
     int64_t pk;
     if (ilp_eval(md, dec, x, &pk) == 0 && pk < peak) peak = pk;
     else dec[t] = DEC_KEEP;
@@ -2419,10 +2431,9 @@ static int64_t eval_vector(const Ilp *md, const Decision *decs, int v, Decision 
 /* The most x exceeds any window, queue or memory row in the c-MIR form
  * written at point (relative to its right side). */
 static double base_excess(const Ilp *md, const double *point, const double *x, MemWalk *w) {
-  Mir r = {.it = util_xcalloc((size_t)md->m.ncols + 1, sizeof(MirItem)), .scol = util_xcalloc((size_t)md->m.ncols + 1, sizeof(int)),
-           .sw = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double))};
-  double most = r.it && r.scol && r.sw ? -HUGE_VAL : HUGE_VAL;
-  for (int kind = 0; kind < CUT_KINDS && r.it && r.scol && r.sw; kind++) {
+  Mir r = mir_new(md);
+  double most = mir_ok(&r) ? -HUGE_VAL : HUGE_VAL;
+  for (int kind = 0; kind < CUT_KINDS && mir_ok(&r); kind++) {
     mem_reset(md, w);
     for (int i = 0; i < cut_rows(md, kind); i++) {
       if (kind == CUT_MEMORY) w->p = i, mem_step(md, w);
@@ -2430,7 +2441,7 @@ static double base_excess(const Ilp *md, const double *point, const double *x, M
       most = fmax(most, mir_base_excess(&r, x) / fmax(1, fabs(r.beta)));
     }
   }
-  free(r.it), free(r.scol), free(r.sw);
+  mir_free(&r);
   return most;
 }
 
