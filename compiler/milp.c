@@ -235,7 +235,15 @@ static void set_col_bounds(glp_prob *P, int c, double lb, double ub) {
   glp_set_col_bnds(P, c + 1, bound_type(lb, ub), lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
 }
 
-static glp_prob *glpk_load(const MilpModel *m) {
+static bool is_lazy(const MilpOptions *o, int r) { return r >= o->lazy_first && r < o->lazy_end; }
+
+static void set_row_bounds(glp_prob *P, int r, double lb, double ub) {
+  glp_set_row_bnds(P, r + 1, bound_type(lb, ub), lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+}
+
+/* The model's rows, lazy ones empty and free until activated (empty, so
+ * that neither the scaling nor the presolved problem sees them). */
+static glp_prob *glpk_load(const MilpModel *m, const MilpOptions *o) {
   glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
   if (m->ncols) glp_add_cols(P, m->ncols);
@@ -246,10 +254,8 @@ static glp_prob *glpk_load(const MilpModel *m) {
     glp_set_obj_coef(P, c + 1, m->obj[c]);
     if (m->col_int[c]) glp_set_col_kind(P, c + 1, GLP_IV);
   }
-  for (int r = 0; r < m->nrows; r++) {
-    double lb = m->row_lb[r], ub = m->row_ub[r];
-    glp_set_row_bnds(P, r + 1, bound_type(lb, ub), lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
-  }
+  for (int r = 0; r < m->nrows; r++)
+    if (!is_lazy(o, r)) set_row_bounds(P, r, m->row_lb[r], m->row_ub[r]);
   int *ia = util_xcalloc((size_t)m->nnz + 1, sizeof(int)), *ja = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
   double *ar = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
   if (!ia || !ja || !ar) {
@@ -257,8 +263,10 @@ static glp_prob *glpk_load(const MilpModel *m) {
     glp_delete_prob(P);
     return NULL;
   }
-  for (int k = 0; k < m->nnz; k++) ia[k + 1] = m->nz_row[k] + 1, ja[k + 1] = m->nz_col[k] + 1, ar[k + 1] = m->nz_val[k];
-  glp_load_matrix(P, m->nnz, ia, ja, ar);
+  int nz = 0;
+  for (int k = 0; k < m->nnz; k++)
+    if (!is_lazy(o, m->nz_row[k])) nz++, ia[nz] = m->nz_row[k] + 1, ja[nz] = m->nz_col[k] + 1, ar[nz] = m->nz_val[k];
+  glp_load_matrix(P, nz, ia, ja, ar);
   free(ia), free(ja), free(ar);
   return P;
 }
@@ -348,9 +356,111 @@ static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp
   return rc;
 }
 
+/* The lazy rows' terms, row by row, and which are in P. */
+typedef struct LazyRows {
+  int first, n;   /* the model's rows first .. first + n - 1 */
+  int *start;     /* per row, where its terms start in term (n + 1) */
+  int *term;      /* the model's triplet indices, row by row */
+  int *cols;      /* glp_set_mat_row's arrays (1-based) */
+  double *vals;
+  char *active;   /* per row, in P */
+} LazyRows;
+
+static void lazy_free(LazyRows *z) { free(z->start), free(z->term), free(z->cols), free(z->vals), free(z->active); }
+
+static bool lazy_new(const MilpModel *m, const MilpOptions *o, LazyRows *z) {
+  *z = (LazyRows){.first = o->lazy_first, .n = o->lazy_end - o->lazy_first};
+  z->start = util_xcalloc((size_t)z->n + 1, sizeof(int));
+  z->cols = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
+  z->vals = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  z->active = util_xcalloc((size_t)z->n, 1);
+  if (!z->start || !z->cols || !z->vals || !z->active) return false;
+  for (int k = 0; k < m->nnz; k++)
+    if (is_lazy(o, m->nz_row[k])) z->start[m->nz_row[k] - z->first + 1]++;
+  for (int i = 0; i < z->n; i++) z->start[i + 1] += z->start[i];
+  z->term = util_xcalloc((size_t)z->start[z->n] + 1, sizeof(int));
+  int *fill = util_xcalloc((size_t)z->n + 1, sizeof(int));
+  if (!z->term || !fill) {
+    free(fill);
+    return false;
+  }
+  for (int k = 0; k < m->nnz; k++)
+    if (is_lazy(o, m->nz_row[k])) {
+      int i = m->nz_row[k] - z->first;
+      z->term[z->start[i] + fill[i]++] = k;
+    }
+  free(fill);
+  return true;
+}
+
+/* A lazy row's terms and bounds into P. Its auxiliary variable is basic, so
+ * its dual is 0 and the basis stays dual feasible. */
+static void activate(glp_prob *P, const MilpModel *m, LazyRows *z, int i) {
+  int n = 0, row = z->first + i;
+  for (int j = z->start[i]; j < z->start[i + 1]; j++) {
+    int k = z->term[j];
+    n++, z->cols[n] = m->nz_col[k] + 1, z->vals[n] = m->nz_val[k];
+  }
+  glp_set_mat_row(P, row + 1, n, z->cols, z->vals);
+  set_row_bounds(P, row, m->row_lb[row], m->row_ub[row]);
+  z->active[i] = 1;
+}
+
+/* The lazy rows after the relaxation: each round activates the ones its
+ * point violates (beyond GLPK's own relative feasibility tolerance, 1e-7)
+ * and the dual simplex goes on from the optimal basis, in the same
+ * iteration count. Once the point violates none, the rest go in too: it
+ * meets them, so the basis stays optimal. When the count or the time runs
+ * out in a round, *bound gets the last round's optimum, a bound of the
+ * whole problem as its rows are a subset. glp_simplex's code. */
+static int add_lazy_rows(glp_prob *P, const MilpModel *m, const MilpOptions *o, const glp_smcp *smcp, double t0,
+                         double *bound) {
+  if (o->lazy_end <= o->lazy_first) return 0;
+  LazyRows z;
+  if (!lazy_new(m, o, &z)) {
+    lazy_free(&z);
+    return GLP_EFAIL;
+  }
+  glp_smcp dual = *smcp;
+  dual.meth = GLP_DUAL;
+  dual.presolve = GLP_OFF; /* the presolver would drop the basis */
+  int rc = 0;
+  for (;;) {
+    int added = 0;
+    for (int i = 0; i < z.n; i++) {
+      if (z.active[i]) continue;
+      double act = 0;
+      for (int j = z.start[i]; j < z.start[i + 1]; j++) act += m->nz_val[z.term[j]] * glp_get_col_prim(P, m->nz_col[z.term[j]] + 1);
+      int row = z.first + i;
+      double tol = 1e-7 * (1 + fabs(act));
+      if (act >= m->row_lb[row] - tol && act <= m->row_ub[row] + tol) continue;
+      activate(P, m, &z, i);
+      added++;
+    }
+    if (!added) break;
+    *bound = glp_get_obj_val(P) + m->obj_offset;
+    if (smcp->it_lim < INT_MAX) dual.it_lim = smcp->it_lim - glp_get_it_cnt(P);
+    if (smcp->tm_lim < INT_MAX) dual.tm_lim = (int)(smcp->tm_lim - 1000 * (now() - t0));
+    if (dual.it_lim <= 0 || dual.tm_lim <= 0) {
+      rc = dual.it_lim <= 0 ? GLP_EITLIM : GLP_ETMLIM;
+      break;
+    }
+    rc = glp_simplex(P, &dual);
+    if (rc != 0 || glp_get_status(P) != GLP_OPT) break;
+  }
+  if (rc == 0 && glp_get_status(P) == GLP_OPT) {
+    for (int i = 0; i < z.n; i++)
+      if (!z.active[i]) activate(P, m, &z, i);
+    dual.it_lim = INT_MAX;
+    rc = glp_simplex(P, &dual); /* no pivots: the basis is optimal already, glp_intopt wants it marked so */
+  }
+  lazy_free(&z);
+  return rc;
+}
+
 static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   glp_term_out(GLP_OFF);
-  glp_prob *P = glpk_load(m);
+  glp_prob *P = glpk_load(m, o);
   if (!P) return err_set(e, "milp: out of memory");
   double t0 = now();
   glp_scale_prob(P, GLP_SF_AUTO);
@@ -362,6 +472,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   if (o->lp_iterations > 0) smcp.it_lim = (int)fmin((double)o->lp_iterations, 2e9);
   double partial_bound;
   int rc = relax(P, m, o, &smcp, &partial_bound);
+  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, o, &smcp, t0, &partial_bound);
   if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
     r->status = MILP_INFEASIBLE;
     goto done;
@@ -375,6 +486,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     /* Presolve hides the basis when it proves nothing; solve plainly. */
     smcp.presolve = GLP_OFF;
     rc = glp_simplex(P, &smcp);
+    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, o, &smcp, t0, &partial_bound);
     if (rc != 0 || glp_get_status(P) != GLP_OPT) {
       r->status = glp_get_status(P) == GLP_NOFEAS ? MILP_INFEASIBLE : MILP_NO_SOLUTION;
       goto done;

@@ -149,6 +149,8 @@ typedef struct Ilp {
   int nfifo[2], *fifo[2];    /* offloadable tensors in each stream's queue order */
   Fifo *frow;                /* queue rows (build_stalls) */
   int nfrow, cap_frow, *frow_first, *frow_by_b;
+  int queue_rows[2]; /* the queue rows: [first, end) of the model's rows */
+  int queue_nnz;     /* ... and their nonzeros */
   Decision *const *excluded; /* decision vectors the model must not return (no-good rows) */
   int nexcluded;
   Run run; /* scratch of the memory terms */
@@ -785,6 +787,8 @@ static void build_stalls(Ilp *md) {
    * LP's row from vanishing at a fractional O_t (gpt2-tiny at its smallest
    * budget: LP bound 637.8 -> 642.9 us). Evaluated like the windows
    * (eval_stalls). */
+  md->queue_rows[0] = md->m.nrows;
+  int nnz0 = md->m.nnz;
   for (int stream = 0; stream < 2; stream++) {
     int *q = md->fifo[stream] = util_xcalloc((size_t)nt + 1, sizeof(int));
     if (!q) {
@@ -834,6 +838,8 @@ static void build_stalls(Ilp *md) {
       }
     }
   }
+  md->queue_rows[1] = md->m.nrows;
+  md->queue_nnz = md->m.nnz - nnz0;
   if (!group_by_op(md->frow, md->nfrow, sizeof *md->frow, offsetof(Fifo, b), n, &md->frow_first, &md->frow_by_b)) {
     md->failed = true;
     goto out;
@@ -2237,14 +2243,19 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
    * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
    * us. */
   bool no_tree = counted && !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
+  /* There the relaxation is the whole proof and its count binds: the queue
+   * rows (45% of gpt2-1558m's nonzeros) go in lazily (milp.c), and the count
+   * is over the rest. */
+  bool lazy = no_tree;
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
                     .good_gap = counted && !cheap_tree ? ILP_GOOD_GAP : 0,
-                    .skip_tree = no_tree, .loose_ub = loose, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
-                    .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)md.m.nnz)) : 0,
+                    .skip_tree = no_tree, .loose_ub = loose,
+                    .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
+                    .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))) : 0,
                     .polish = polish_x, .polish_ctx = &pol,
                     .separate = separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};

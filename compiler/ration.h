@@ -454,6 +454,10 @@ typedef struct MilpOptions {
    * optimal basis warm-starts the dual simplex on the real one; NULL: the
    * primal simplex from scratch. */
   const double *loose_ub;
+  /* GLPK: rows [lazy_first, lazy_end) stay out of the relaxation until its
+   * point violates them (valid rows that rarely bind but cost the simplex
+   * many pivots); all are in before any search. lazy_end 0: none. */
+  int lazy_first, lazy_end;
   /* Makes x (all ncols values; a solution, or the LP relaxation's point)
    * a better solution in place, by the caller's exact evaluation (e.g.
    * rounding, repair and a descent); false when it has none to give. */

@@ -81,10 +81,15 @@ static bool available(const Graph *g, const Decision *dec, const int *rerun_at, 
   return rerun_at[g->tensors[t].producer] >= 0;
 }
 
-static void demand(const Graph *g, const Decision *dec, int *rerun_at, int *need_op, int t, int at) {
-  if (available(g, dec, rerun_at, need_op, t)) return;
-  if (g->tensors[t].stashed && dec[t] == DEC_OFFLOAD) need_op[t] = at;
-  else rerun_at[g->tensors[t].producer] = at;
+/* The op it marks for a re-run at op at, or -1. */
+static int demand(const Graph *g, const Decision *dec, int *rerun_at, int *need_op, int t, int at) {
+  if (available(g, dec, rerun_at, need_op, t)) return -1;
+  if (g->tensors[t].stashed && dec[t] == DEC_OFFLOAD) {
+    need_op[t] = at;
+    return -1;
+  }
+  rerun_at[g->tensors[t].producer] = at;
+  return g->tensors[t].producer;
 }
 
 int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, int *need_op) {
@@ -97,12 +102,19 @@ int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, in
   for (int j = 0; j < g->nops; j++) {
     const Op *o = &g->ops[j];
     if (o->phase == PHASE_FORWARD) continue;
-    for (int k = 0; k < o->ninputs; k++) demand(g, dec, rerun_at, need_op, o->inputs[k], j);
+    int hi = -1, lo = g->nops; /* the ops marked for a re-run at j lie in [lo, hi] */
+    for (int k = 0; k < o->ninputs; k++) {
+      int q = demand(g, dec, rerun_at, need_op, o->inputs[k], j);
+      if (q >= 0) hi = q > hi ? q : hi, lo = q < lo ? q : lo;
+    }
     /* Producers precede consumers, so one downward sweep closes the set. */
-    for (int q = j - 1; q >= 0; q--) {
+    for (int q = hi; q >= lo; q--) {
       if (rerun_at[q] != j) continue;
       const Op *r = &g->ops[q];
-      for (int k = 0; k < r->ninputs; k++) demand(g, dec, rerun_at, need_op, r->inputs[k], j);
+      for (int k = 0; k < r->ninputs; k++) {
+        int p = demand(g, dec, rerun_at, need_op, r->inputs[k], j);
+        if (p >= 0 && p < lo) lo = p;
+      }
     }
   }
   return 0;

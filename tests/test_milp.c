@@ -5,13 +5,18 @@
  * under a limit) it reaches the same optimum as the primal from scratch, and
  * when its iteration count stops it early, the bound it reports is still a
  * lower bound of that optimum and no lower than the looser problem's (or 0,
- * no bound, when it stopped before the looser problem was solved).
+ * no bound, when it stopped before the looser problem was solved). And its
+ * lazy rows (MilpOptions.lazy_first/lazy_end): left out until the point
+ * violates them, they give the same optimum as the eager model, with a
+ * point and a solution that meet them all, and a valid bound when the count
+ * stops the rounds.
  */
 #include "ration.h"
 #include "test.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NT 24 /* tensors */
 #define NP 10 /* positions */
@@ -50,10 +55,27 @@ static double build(MilpModel *m, unsigned seed, double limit_share, double **lo
   return peak;
 }
 
-static int relax(const MilpModel *m, const double *loose, long iterations, MilpResult *r) {
-  MilpOptions o = {.solver = "glpk", .quiet = true, .lp_only = true, .lp_iterations = iterations, .loose_ub = loose};
+/* The positions [LAZY_FIRST, LAZY_END) as lazy rows (the model's rows are
+ * its positions), in the middle, so row indices past them must stay right. */
+#define LAZY_FIRST 3
+#define LAZY_END 8
+
+static int solve(const MilpModel *m, bool lazy, bool lp_only, const double *loose, long iterations, MilpResult *r) {
+  MilpOptions o = {.solver = "glpk", .quiet = true, .lp_only = lp_only, .lp_iterations = iterations, .loose_ub = loose,
+                   .lazy_first = lazy ? LAZY_FIRST : 0, .lazy_end = lazy ? LAZY_END : 0};
   Err e;
   return milp_solve(m, &o, r, &e);
+}
+
+static bool same(double a, double b) { return fabs(a - b) <= 1e-7 * fmax(1, fabs(b)); }
+
+/* The model without its lazy rows: their positions' M_p columns left free. */
+static void drop_lazy(const MilpModel *m, MilpModel *out, double *row_lb, double *row_ub) {
+  *out = *m;
+  memcpy(row_lb, m->row_lb, (size_t)m->nrows * sizeof(double));
+  memcpy(row_ub, m->row_ub, (size_t)m->nrows * sizeof(double));
+  for (int p = LAZY_FIRST; p < LAZY_END; p++) row_lb[p] = -HUGE_VAL, row_ub[p] = HUGE_VAL;
+  out->row_lb = row_lb, out->row_ub = row_ub;
 }
 
 int main(void) {
@@ -63,7 +85,7 @@ int main(void) {
       double *loose;
       build(&m, seed, 0.35 + 0.01 * (seed % 30), &loose, 0.9);
       MilpResult plain, warm;
-      T_CHECK(relax(&m, NULL, 0, &plain) == 0 && relax(&m, loose, 0, &warm) == 0);
+      T_CHECK(solve(&m, false, true, NULL, 0, &plain) == 0 && solve(&m, false, true, loose, 0, &warm) == 0);
       T_CHECKF(plain.status == warm.status, "seed %u: %d vs %d", seed, plain.status, warm.status);
       if (plain.status == MILP_FEASIBLE)
         T_CHECKF(fabs(plain.bound - warm.bound) <= 1e-7 * fmax(1, fabs(plain.bound)), "seed %u: %.9g vs %.9g", seed,
@@ -82,11 +104,11 @@ int main(void) {
       MilpResult full, loose_lp;
       MilpModel lm = m; /* the looser problem alone: its optimum is the floor */
       lm.col_ub = loose;
-      T_CHECK(relax(&m, NULL, 0, &full) == 0 && relax(&lm, NULL, 0, &loose_lp) == 0);
+      T_CHECK(solve(&m, false, true, NULL, 0, &full) == 0 && solve(&lm, false, true, NULL, 0, &loose_lp) == 0);
       if (full.status != MILP_FEASIBLE || loose_lp.status != MILP_FEASIBLE) continue;
       for (long it = 1; it <= 60; it++) {
         MilpResult r;
-        T_CHECK(relax(&m, loose, it, &r) == 0);
+        T_CHECK(solve(&m, false, true, loose, it, &r) == 0);
         if (r.status == MILP_NO_SOLUTION) {
           stopped++;
           above_loose += r.bound > loose_lp.bound + 1e-9;
@@ -107,6 +129,82 @@ int main(void) {
     /* The check above is not empty: caps stopped solves, and some of the
      * bounds came from the dual's own basis, above the looser optimum. */
     T_CHECKF(stopped > 0 && above_loose > 0, "%d stopped, %d above the looser optimum", stopped, above_loose);
+  }
+  T_CASE("lazy rows: the eager relaxation's optimum, at a point that meets every row") {
+    int bound_by_lazy = 0;
+    for (unsigned seed = 1; seed <= 40; seed++) {
+      MilpModel m, without;
+      double *loose, row_lb[NP], row_ub[NP];
+      build(&m, seed, 0.35 + 0.01 * (seed % 30), &loose, 0.9);
+      drop_lazy(&m, &without, row_lb, row_ub);
+      MilpResult eager, lazy, warm, none;
+      T_CHECK(solve(&m, false, true, NULL, 0, &eager) == 0 && solve(&m, true, true, NULL, 0, &lazy) == 0 &&
+              solve(&m, true, true, loose, 0, &warm) == 0 && solve(&without, false, true, NULL, 0, &none) == 0);
+      T_CHECKF(eager.status == lazy.status && eager.status == warm.status, "seed %u: %d, %d, %d", seed, eager.status,
+               lazy.status, warm.status);
+      if (eager.status == MILP_FEASIBLE) {
+        T_CHECKF(same(lazy.bound, eager.bound) && same(warm.bound, eager.bound), "seed %u: %.9g, %.9g against %.9g", seed,
+                 lazy.bound, warm.bound, eager.bound);
+        T_CHECKF(milp_violation(&m, lazy.lp_x) <= 1e-6 && milp_violation(&m, warm.lp_x) <= 1e-6, "seed %u: %g, %g", seed,
+                 milp_violation(&m, lazy.lp_x), milp_violation(&m, warm.lp_x));
+        bound_by_lazy += none.bound < eager.bound - 1e-6 * fmax(1, eager.bound);
+      }
+      milp_result_free(&eager), milp_result_free(&lazy), milp_result_free(&warm), milp_result_free(&none);
+      milp_model_free(&m);
+      free(loose);
+    }
+    /* Not empty: at some seeds the lazy rows bind (without them the optimum is lower). */
+    T_CHECKF(bound_by_lazy > 0, "lazy rows bound at %d seeds", bound_by_lazy);
+  }
+  T_CASE("lazy rows: branch and bound gets them all, and the same optimum") {
+    for (unsigned seed = 1; seed <= 60; seed++) {
+      MilpModel m;
+      double *loose;
+      build(&m, seed, 0.3 + 0.01 * (seed % 30), &loose, 0.9);
+      MilpResult eager, lazy;
+      T_CHECK(solve(&m, false, false, NULL, 0, &eager) == 0 && solve(&m, true, false, NULL, 0, &lazy) == 0);
+      T_CHECKF(eager.status == lazy.status, "seed %u: %d vs %d", seed, eager.status, lazy.status);
+      if (eager.status == MILP_OPTIMAL)
+        T_CHECKF(same(lazy.objective, eager.objective) && milp_violation(&m, lazy.x) <= 1e-6,
+                 "seed %u: %.9g against %.9g, violation %g", seed, lazy.objective, eager.objective, milp_violation(&m, lazy.x));
+      milp_result_free(&eager), milp_result_free(&lazy);
+      milp_model_free(&m);
+      free(loose);
+    }
+  }
+  T_CASE("lazy rows stopped by the iteration count: a valid bound") {
+    int stopped_in_rounds = 0;
+    for (unsigned seed = 1; seed <= 20; seed++) {
+      MilpModel m, without;
+      double *loose, row_lb[NP], row_ub[NP];
+      build(&m, seed, 0.4, &loose, 0.7);
+      drop_lazy(&m, &without, row_lb, row_ub);
+      MilpResult full, none;
+      T_CHECK(solve(&m, false, true, NULL, 0, &full) == 0 && solve(&without, false, true, NULL, 0, &none) == 0);
+      if (full.status != MILP_FEASIBLE || none.status != MILP_FEASIBLE) goto next;
+      for (long it = 1; it <= 60; it++) {
+        MilpResult r;
+        T_CHECK(solve(&m, true, true, NULL, it, &r) == 0);
+        if (r.status == MILP_NO_SOLUTION) {
+          stopped_in_rounds += r.bound != 0;
+          /* 0: stopped in the first solve; else between the optimum without
+           * the lazy rows and the optimum with them */
+          T_CHECKF(r.bound == 0 || (r.bound >= none.bound - 1e-7 * fmax(1, none.bound) &&
+                                    r.bound <= full.bound + 1e-7 * fmax(1, full.bound)),
+                   "seed %u, %ld iterations: bound %.9g, optimum %.9g, without the lazy rows %.9g", seed, it, r.bound,
+                   full.bound, none.bound);
+        } else {
+          T_CHECKF(r.status == MILP_FEASIBLE && same(r.bound, full.bound), "seed %u, %ld iterations: status %d bound %.9g, optimum %.9g",
+                   seed, it, r.status, r.bound, full.bound);
+        }
+        milp_result_free(&r);
+      }
+    next:
+      milp_result_free(&full), milp_result_free(&none);
+      milp_model_free(&m);
+      free(loose);
+    }
+    T_CHECKF(stopped_in_rounds > 0, "%d solves stopped in the rounds", stopped_in_rounds);
   }
   T_DONE();
 }
