@@ -366,10 +366,18 @@ typedef struct LazyRows {
   char *active;   /* per row, in P */
 } LazyRows;
 
-static void lazy_free(LazyRows *z) { free(z->start), free(z->term), free(z->cols), free(z->vals), free(z->active); }
+static void lazy_free(LazyRows *z) {
+  free(z->start), free(z->term), free(z->cols), free(z->vals), free(z->active);
+  *z = (LazyRows){0};
+}
 
+/* Nothing allocated when there are none. */
 static bool lazy_new(const MilpModel *m, const MilpOptions *o, LazyRows *z) {
   *z = (LazyRows){.first = o->lazy_first, .n = o->lazy_end - o->lazy_first};
+  if (z->n <= 0) {
+    z->n = 0;
+    return true;
+  }
   z->start = util_xcalloc((size_t)z->n + 1, sizeof(int));
   z->cols = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
   z->vals = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
@@ -413,28 +421,22 @@ static void activate(glp_prob *P, const MilpModel *m, LazyRows *z, int i) {
  * meets them, so the basis stays optimal. When the count or the time runs
  * out in a round, *bound gets the last round's optimum, a bound of the
  * whole problem as its rows are a subset. glp_simplex's code. */
-static int add_lazy_rows(glp_prob *P, const MilpModel *m, const MilpOptions *o, const glp_smcp *smcp, double t0,
-                         double *bound) {
-  if (o->lazy_end <= o->lazy_first) return 0;
-  LazyRows z;
-  if (!lazy_new(m, o, &z)) {
-    lazy_free(&z);
-    return GLP_EFAIL;
-  }
+static int add_lazy_rows(glp_prob *P, const MilpModel *m, LazyRows *z, const glp_smcp *smcp, double t0, double *bound) {
+  if (!z->n) return 0;
   glp_smcp dual = *smcp;
   dual.meth = GLP_DUAL;
   dual.presolve = GLP_OFF; /* the presolver would drop the basis */
   int rc = 0;
   for (;;) {
     int added = 0;
-    for (int i = 0; i < z.n; i++) {
-      if (z.active[i]) continue;
+    for (int i = 0; i < z->n; i++) {
+      if (z->active[i]) continue;
       double act = 0;
-      for (int j = z.start[i]; j < z.start[i + 1]; j++) act += m->nz_val[z.term[j]] * glp_get_col_prim(P, m->nz_col[z.term[j]] + 1);
-      int row = z.first + i;
+      for (int j = z->start[i]; j < z->start[i + 1]; j++) act += m->nz_val[z->term[j]] * glp_get_col_prim(P, m->nz_col[z->term[j]] + 1);
+      int row = z->first + i;
       double tol = 1e-7 * (1 + fabs(act));
       if (act >= m->row_lb[row] - tol && act <= m->row_ub[row] + tol) continue;
-      activate(P, m, &z, i);
+      activate(P, m, z, i);
       added++;
     }
     if (!added) break;
@@ -449,19 +451,23 @@ static int add_lazy_rows(glp_prob *P, const MilpModel *m, const MilpOptions *o, 
     if (rc != 0 || glp_get_status(P) != GLP_OPT) break;
   }
   if (rc == 0 && glp_get_status(P) == GLP_OPT) {
-    for (int i = 0; i < z.n; i++)
-      if (!z.active[i]) activate(P, m, &z, i);
+    for (int i = 0; i < z->n; i++)
+      if (!z->active[i]) activate(P, m, z, i);
     dual.it_lim = INT_MAX;
     rc = glp_simplex(P, &dual); /* no pivots: the basis is optimal already, glp_intopt wants it marked so */
   }
-  lazy_free(&z);
   return rc;
 }
 
 static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   glp_term_out(GLP_OFF);
   glp_prob *P = glpk_load(m, o);
-  if (!P) return err_set(e, "milp: out of memory");
+  LazyRows lazy = {0};
+  if (!P || !lazy_new(m, o, &lazy)) {
+    lazy_free(&lazy);
+    if (P) glp_delete_prob(P);
+    return err_set(e, "milp: out of memory");
+  }
   double t0 = now();
   glp_scale_prob(P, GLP_SF_AUTO);
   glp_smcp smcp;
@@ -472,7 +478,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   if (o->lp_iterations > 0) smcp.it_lim = (int)fmin((double)o->lp_iterations, 2e9);
   double partial_bound;
   int rc = relax(P, m, o, &smcp, &partial_bound);
-  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, o, &smcp, t0, &partial_bound);
+  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &lazy, &smcp, t0, &partial_bound);
   if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
     r->status = MILP_INFEASIBLE;
     goto done;
@@ -486,12 +492,13 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     /* Presolve hides the basis when it proves nothing; solve plainly. */
     smcp.presolve = GLP_OFF;
     rc = glp_simplex(P, &smcp);
-    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, o, &smcp, t0, &partial_bound);
+    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &lazy, &smcp, t0, &partial_bound);
     if (rc != 0 || glp_get_status(P) != GLP_OPT) {
       r->status = glp_get_status(P) == GLP_NOFEAS ? MILP_INFEASIBLE : MILP_NO_SOLUTION;
       goto done;
     }
   }
+  lazy_free(&lazy); /* all in P now */
   r->bound = glp_get_obj_val(P) + m->obj_offset;
   for (int c = 0; c < m->ncols; c++) r->lp_x[c] = glp_get_col_prim(P, c + 1);
   r->lp_x[m->ncols] = 0;
@@ -635,6 +642,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   free(row_stat), free(col_stat);
   free(sub), free(nb);
 done:
+  lazy_free(&lazy);
   r->seconds = now() - t0;
   glp_delete_prob(P);
   return 0;
