@@ -137,6 +137,7 @@ typedef struct Ilp {
   double *fac_k, *fac_c;
   int *fac_first, *fac_col;
   int *mcol; /* per position */
+  int *obj_cols, nobj_cols; /* the columns with an objective coefficient, for objective_of */
   int peak_col;
   int *col_q;        /* running stall sum per op (build_stalls) */
   double *t_end;     /* compute end of each op without stalls */
@@ -1144,13 +1145,59 @@ out:
  * selects the rows, the queues or both (the test hook compares the two). */
 enum { STALL_ROWS = 1, STALL_QUEUES = 2 };
 
+/* The offloaded tensors of one decision vector, per stream: by due op
+ * (due_list's order: [due_first[b], due_first[b + 1]) of due) and in queue
+ * order (the copy times of those before queue position k start at
+ * queued_first[k]), so that the sums below walk only copies that happen,
+ * in the order the full walks would add them. */
+typedef struct Offloaded {
+  int *due_first[2], *due[2];
+  int *queued_first[2];
+  double *queued_us[2];
+} Offloaded;
+
+static bool offloaded_of(const Ilp *md, const Decision *dec, Offloaded *o) {
+  int n = md->g->nops;
+  bool ok = true;
+  for (int s = 0; s < 2; s++) {
+    int nf = md->nfifo[s], nd = md->due_first[s][n];
+    o->due_first[s] = util_xcalloc((size_t)n + 1, sizeof(int));
+    o->due[s] = util_xcalloc((size_t)nd + 1, sizeof(int));
+    o->queued_first[s] = util_xcalloc((size_t)nf + 1, sizeof(int));
+    o->queued_us[s] = util_xcalloc((size_t)nf + 1, sizeof(double));
+    if (!o->due_first[s] || !o->due[s] || !o->queued_first[s] || !o->queued_us[s]) {
+      ok = false;
+      continue;
+    }
+    int m = 0;
+    for (int b = 0; b < n; b++) {
+      o->due_first[s][b] = m;
+      for (int k = md->due_first[s][b]; k < md->due_first[s][b + 1]; k++)
+        if (dec[md->due_list[s][k]] == DEC_OFFLOAD) o->due[s][m++] = md->due_list[s][k];
+    }
+    o->due_first[s][n] = m;
+    m = 0;
+    for (int k = 0; k < nf; k++) {
+      o->queued_first[s][k] = m;
+      if (dec[md->fifo[s][k]] == DEC_OFFLOAD) o->queued_us[s][m++] = md->copy_us[s][md->fifo[s][k]];
+    }
+    o->queued_first[s][nf] = m;
+  }
+  return ok;
+}
+
+static void offloaded_free(Offloaded *o) {
+  for (int s = 0; s < 2; s++) free(o->due_first[s]), free(o->due[s]), free(o->queued_first[s]), free(o->queued_us[s]);
+}
+
 static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
   const Graph *g = md->g;
   int n = g->nops, nt = g->ntensors;
   if (!md->col_q) return;
   double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *finish = util_xcalloc(2 * (size_t)nt + 1, sizeof(double));
-  if (!q || !finish) {
-    free(q), free(finish);
+  Offloaded off = {0};
+  if (!q || !finish || !offloaded_of(md, dec, &off)) {
+    free(q), free(finish), offloaded_free(&off);
     return;
   }
   /* The running sums C of each window start, then Q[b] as the largest
@@ -1160,11 +1207,10 @@ static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x
   for (int i = 0; i < md->nwin; i++) {
     const Window *w = &md->win[i];
     if (w->a != last_a || w->stream != last_s) cval = 0, last_a = w->a, last_s = w->stream;
-    for (int b = w->b0; b <= w->b; b++)
-      for (int k = md->due_first[w->stream][b]; k < md->due_first[w->stream][b + 1]; k++) {
-        int t = md->due_list[w->stream][k];
-        if (dec[t] == DEC_OFFLOAD && in_window(md, w->stream, t, w->a, b)) cval += md->copy_us[w->stream][t];
-      }
+    for (int k = off.due_first[w->stream][w->b0]; k < off.due_first[w->stream][w->b + 1]; k++) {
+      int t = off.due[w->stream][k];
+      if (issue_op(md, w->stream, t) >= w->a) cval += md->copy_us[w->stream][t];
+    }
     x[w->col] = cval;
   }
   int next[2] = {0, 0};
@@ -1180,10 +1226,8 @@ static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x
         finish[stream * nt + t] = busy[stream] = start + md->copy_us[stream][t];
       }
     for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
-      for (int k = md->due_first[stream][b]; k < md->due_first[stream][b + 1]; k++) {
-        int t = md->due_list[stream][k];
-        if (dec[t] == DEC_OFFLOAD) v = fmax(v, finish[stream * nt + t] - due_time(md, stream, b));
-      }
+      for (int k = off.due_first[stream][b]; k < off.due_first[stream][b + 1]; k++)
+        v = fmax(v, finish[stream * nt + off.due[stream][k]] - due_time(md, stream, b));
     if (!(parts & STALL_ROWS)) {
       q[b] = x[md->col_q[b]] = v;
       continue;
@@ -1193,10 +1237,8 @@ static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x
       double base = w->a ? q[w->a - 1] : 0;
       if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
     }
-    for (int k = md->due_first[1][b]; k < md->due_first[1][b + 1]; k++) {
-      int t = md->due_list[1][k];
-      if (dec[t] != DEC_OFFLOAD) continue;
-      int p = g->tensors[t].producer;
+    for (int k = off.due_first[1][b]; k < off.due_first[1][b + 1]; k++) {
+      int t = off.due[1][k], p = g->tensors[t].producer;
       v = fmax(v, (p ? q[p - 1] : 0) + round_trip_late(md, t));
     }
     for (int i = md->frow_first[b]; i < md->frow_first[b + 1]; i++) {
@@ -1205,15 +1247,15 @@ static void eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x
       if (dec[fq[f->it]] != DEC_OFFLOAD) continue;
       int a = f->stream ? md->issue_at[fq[f->i0]] : g->tensors[fq[f->i0]].producer;
       double sum = 0;
-      for (int k = f->i0; k <= f->it; k++)
-        if (dec[fq[k]] == DEC_OFFLOAD) sum += md->copy_us[f->stream][fq[k]];
+      for (int k = off.queued_first[f->stream][f->i0]; k < off.queued_first[f->stream][f->it + 1]; k++)
+        sum += off.queued_us[f->stream][k];
       double base = a ? q[a - 1] : 0;
       if (base + sum - f->cap > v) v = base + sum - f->cap;
     }
     q[b] = v;
     x[md->col_q[b]] = v;
   }
-  free(q), free(finish);
+  free(q), free(finish), offloaded_free(&off);
 }
 
 /* Y rows: each forward op is re-run at the first op whose prelude needs one
@@ -1515,14 +1557,14 @@ static void ilp_free(Ilp *md) {
   free(md->pos_op), free(md->pos_q), free(md->grp_first), free(md->grp_comp);
   free(md->cons_first), free(md->cons_n), free(md->cons);
   free(md->ev), free(md->prod), free(md->fac), free(md->mcol);
-  free(md->fac_k), free(md->fac_c), free(md->fac_first), free(md->fac_col);
+  free(md->fac_k), free(md->fac_c), free(md->fac_first), free(md->fac_col), free(md->obj_cols);
   free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
   free(md->win), free(md->win_first), free(md->win_by_b), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
   free(md->frow_first), free(md->frow_by_b);
   free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
 }
 
-static void pack_factors(Ilp *md) {
+static void pack_for_eval(Ilp *md) {
   int terms = 0;
   for (int i = 0; i < md->nfac; i++) terms += md->fac[i].n;
   md->fac_k = util_xcalloc((size_t)md->nfac + 1, sizeof(double));
@@ -1541,6 +1583,13 @@ static void pack_factors(Ilp *md) {
     for (int k = 0; k < l->n; k++, j++) md->fac_c[j] = l->c[k], md->fac_col[j] = l->col[k];
   }
   md->fac_first[md->nfac] = j;
+  md->obj_cols = util_xcalloc((size_t)md->m.ncols + 1, sizeof(int));
+  if (!md->obj_cols) {
+    md->failed = true;
+    return;
+  }
+  for (int c = 0; c < md->m.ncols; c++)
+    if (md->m.obj[c] != 0) md->obj_cols[md->nobj_cols++] = c;
 }
 
 static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
@@ -1562,7 +1611,7 @@ static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, b
   build_reruns(md);
   build_memory(md);
   build_rows(md, budget);
-  pack_factors(md);
+  pack_for_eval(md);
   if (md->failed || md->m.failed) goto oom;
   if (!min_memory)
     for (int i = 0; i < g->nops; i++) md->m.obj_offset += op_us(md, i);
@@ -1668,7 +1717,7 @@ static void decisions_diffused(const Ilp *md, const double *x, Decision *dec) {
 
 static double objective_of(const Ilp *md, const double *x) {
   double v = md->m.obj_offset;
-  for (int c = 0; c < md->m.ncols; c++) v += md->m.obj[c] * x[c];
+  for (int i = 0; i < md->nobj_cols; i++) v += md->m.obj[md->obj_cols[i]] * x[md->obj_cols[i]];
   return v;
 }
 
@@ -2077,28 +2126,32 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
 
 /* Kicks guided by the relaxation (an iterated local search around the
  * best plan): where it is still more than ILP_PROOF_GAP above the bound,
- * ILP_KICK_TENSORS of the tensors whose decision the LP's point does not
- * take whole move to the choice the point prefers among the others; the
- * result is repaired in the point's keep order and polished with
- * exchanges, and replaces the best plan if faster. The descent cannot
- * leave its local optimum by single changes and exchanges; the point
- * says which way to jump. Deterministic: a fixed-seed generator. */
+ * ILP_KICK_TENSORS of the tensors whose decision in the best plan the LP's
+ * point does not take whole move to the choice the point prefers among
+ * the others; the result is repaired in the point's keep order and
+ * polished with exchanges, and replaces the best plan if faster. The
+ * descent cannot leave its local optimum by single changes and exchanges;
+ * the point says which way to jump. The doubted tensors are taken again
+ * from each new best plan, as its decisions are what the next kick moves.
+ * Deterministic: a fixed-seed generator. */
 static void kick(const Ilp *md, Candidate *best, const double *point, double bound, int64_t limit, double *x, double deadline,
                  long evals) {
   const Graph *g = md->g;
   Decision *kicked = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *polished = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   int *doubted = util_xcalloc((size_t)g->nstashed + 1, sizeof(int)), ndoubted = 0;
-  for (int i = 0; kicked && polished && doubted && i < g->nstashed; i++) {
-    int t = g->stashed[i];
-    if (md->colK[t] < 0) continue;
-    double v[3] = {point[md->colK[t]], point[md->colR[t]], point[md->colO[t]]};
-    if (v[best->dec[t] - DEC_KEEP] < 1 - 1e-6) doubted[ndoubted++] = t;
-  }
   uint64_t seed = 0x9e3779b97f4a7c15u;
-  for (int round = 0; ndoubted && round < ILP_KICKS && (best->objective - bound) > ILP_PROOF_GAP * best->objective &&
-                      seconds_now() < deadline;
+  for (int round = 0; kicked && polished && doubted && round < ILP_KICKS &&
+                      (best->objective - bound) > ILP_PROOF_GAP * best->objective && seconds_now() < deadline;
        round++) {
+    ndoubted = 0;
+    for (int i = 0; i < g->nstashed; i++) {
+      int t = g->stashed[i];
+      if (md->colK[t] < 0) continue;
+      double v[3] = {point[md->colK[t]], point[md->colR[t]], point[md->colO[t]]};
+      if (v[best->dec[t] - DEC_KEEP] < 1 - 1e-6) doubted[ndoubted++] = t;
+    }
+    if (!ndoubted) break;
     memcpy(kicked, best->dec, (size_t)g->ntensors * sizeof(Decision));
     for (int i = 0; i < ILP_KICK_TENSORS; i++) {
       seed = seed * 6364136223846793005u + 1442695040888963407u;
