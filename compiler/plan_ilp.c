@@ -1734,19 +1734,36 @@ static int eval_unlimited(Ilp *md, const Graph *g, const Device *d, const Decisi
   return rc;
 }
 
-int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e) {
+int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us,
+                    double *lp_us, Err *e) {
   Ilp md;
   double *x;
   int64_t peak;
   if (eval_unlimited(&md, g, d, dec, &x, &peak, e)) return -1;
-  int last = md.col_q[g->nops - 1];
+  int last = md.col_q[g->nops - 1], rc = 0;
   eval_stalls(&md, dec, STALL_ROWS, x);
   *rows_us = x[last];
   eval_stalls(&md, dec, STALL_QUEUES, x);
   *queues_us = x[last];
+  if (lp_us) {
+    /* The decisions and re-runs fixed, the LP's least Q[last]: the rows'
+     * least stalls found by the simplex rather than by the forward pass. */
+    for (int t = 0; t < g->ntensors; t++) {
+      if (md.colK[t] < 0) continue;
+      int cols[3] = {md.colK[t], md.colR[t], md.colO[t]};
+      for (int k = 0; k < 3; k++) md.m.col_lb[cols[k]] = md.m.col_ub[cols[k]] = x[cols[k]];
+    }
+    for (int i = 0; i < md.ncand; i++) md.m.col_lb[md.ycol[i]] = md.m.col_ub[md.ycol[i]] = x[md.ycol[i]];
+    MilpOptions mo = {.solver = "glpk", .lp_only = true, .quiet = true};
+    MilpResult r = {0};
+    rc = milp_solve(&md.m, &mo, &r, e);
+    if (rc == 0 && isnan(r.lp_x[md.m.ncols])) rc = err_set(e, "%s: the stall LP has no optimum", g->path);
+    if (rc == 0) *lp_us = r.lp_x[last];
+    milp_result_free(&r);
+  }
   free(x);
   ilp_free(&md);
-  return 0;
+  return rc;
 }
 
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e) {

@@ -373,8 +373,10 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The copy stalls (us) of one decision vector by the model's stall rows
  * alone and by its copy queues alone; the rows must be bounds of the
- * queues. */
-int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us, Err *e);
+ * queues. With lp_us, also the rows' least stalls by the LP with the
+ * decisions fixed, which the first must equal. */
+int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double *rows_us, double *queues_us,
+                    double *lp_us, Err *e);
 /* The tree's cuts at the budget's LP point and at the midpoints between it
  * and the first decision vectors (decs: ndecs * ntensors): how many, the
  * least any cuts its point off by (*cut_off), and the most any cut is

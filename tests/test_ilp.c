@@ -67,11 +67,14 @@ static void check_model_exact(const Graph *g, const Device *d, int n, unsigned s
 /* Random offload-heavy decision vectors: the least stalls the model's rows
  * allow are at most what its copy queues give (the rows are what the LP
  * bounds the step time with, so a row the queues can beat would make the
- * bound a lie); and the rows are not idle: some vectors make them bind. */
+ * bound a lie); and the rows are not idle: some vectors make them bind.
+ * The evaluation's forward pass over the rows (what every start and move
+ * is scored by) gives the same least stalls as the LP over the rows with
+ * the decisions fixed. */
 static void check_stall_rows(const Graph *g, const Device *d, int n, bool recompute, unsigned seed) {
   Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
   srand(seed);
-  int bad = 0, binding = 0;
+  int bad = 0, binding = 0, unequal = 0;
   for (int it = 0; it < n; it++) {
     for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
     int offload_pct = 30 + 70 * it / n;
@@ -80,8 +83,8 @@ static void check_stall_rows(const Graph *g, const Device *d, int n, bool recomp
       dec[g->stashed[i]] = r < offload_pct ? DEC_OFFLOAD : recompute && r % 2 ? DEC_RECOMPUTE : DEC_KEEP;
     }
     Err e;
-    double rows, queues;
-    if (plan_ilp_stalls(g, d, dec, &rows, &queues, &e)) {
+    double rows, queues, lp;
+    if (plan_ilp_stalls(g, d, dec, &rows, &queues, &lp, &e)) {
       bad++;
       printf("  %s vector %d: %s\n", g->name, it, e.msg);
       continue;
@@ -90,9 +93,14 @@ static void check_stall_rows(const Graph *g, const Device *d, int n, bool recomp
       bad++;
       printf("  %s vector %d: rows %.6f us, queues %.6f us\n", g->name, it, rows, queues);
     }
+    if (fabs(rows - lp) > 1e-6 * fmax(1, lp)) {
+      unequal++;
+      printf("  %s vector %d: rows %.6f us by the forward pass, %.6f by the LP\n", g->name, it, rows, lp);
+    }
     binding += rows > 0;
   }
   T_CHECKF(bad == 0, "%s on %s: %d of %d vectors", g->name, d->name, bad, n);
+  T_CHECKF(unequal == 0, "%s on %s: the forward pass and the LP differ at %d of %d vectors", g->name, d->name, unequal, n);
   T_CHECKF(binding > 0, "%s on %s: the rows never bind", g->name, d->name);
   free(dec);
 }
