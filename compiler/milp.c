@@ -12,6 +12,13 @@
  * caller's cuts (MilpOptions.separate) are rows over the model's columns;
  * those only go into a second tree, where the first left the gap above
  * o->proof_gap. CBC gets neither the neighbourhoods nor the cuts.
+ *
+ * GLPK calls abort on its own internal errors unless glp_error_hook takes
+ * them: glpk_solve does, so that a failure inside GLPK (seen once, a
+ * failed assertion in the primal simplex on an experimental model) is
+ * the solve's error and the library never aborts. No GLPK object lives
+ * outside one glpk_solve, so the glp_free_env that follows frees nothing
+ * of anyone else's.
  */
 #include "ration.h"
 
@@ -19,6 +26,7 @@
 #include <glpk.h>
 #include <limits.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +149,48 @@ static double rel_gap(double inc, double bound) {
 #define MILP_ROOT_CUT_ROUNDS 50 /* cut rounds at the root, */
 #define MILP_CUT_ROUNDS 3      /* ... and at every other node */
 
+/* The lazy rows' terms, row by row, and which are in P. */
+typedef struct LazyRows {
+  int first, n;   /* the model's rows first .. first + n - 1 */
+  int *start;     /* per row, where its terms start in term (n + 1) */
+  int *term;      /* the model's triplet indices, row by row */
+  int *cols;      /* glp_set_mat_row's arrays (1-based) */
+  double *vals;
+  char *active;   /* per row, in P */
+} LazyRows;
+
+static void lazy_free(LazyRows *z) {
+  free(z->start), free(z->term), free(z->cols), free(z->vals), free(z->active);
+  *z = (LazyRows){0};
+}
+
+/* Everything a GLPK solve allocates that lives across a call into GLPK,
+ * on the heap. GLPK reports its own failures (a failed assertion inside
+ * the simplex, a bad argument) through glp_error_hook, whose only way
+ * back is a longjmp out of GLPK's frames; what is here is then freed, and
+ * the solve is an error instead of an abort. */
+typedef struct GlpkOwned {
+  jmp_buf back;
+  LazyRows lazy;
+  int *ia, *ja; /* glpk_load's matrix */
+  double *ar;
+  double *sub, *nb;
+  int *row_stat, *col_stat;
+  double *heur_x;                 /* the callback's start for the tree */
+  double *cut_x, *cut_val;        /* ... and its cut rounds */
+  int *cut_ind;
+  MilpModel cuts;
+} GlpkOwned;
+
+static void owned_free(GlpkOwned *w) {
+  lazy_free(&w->lazy);
+  free(w->ia), free(w->ja), free(w->ar), free(w->sub), free(w->nb), free(w->row_stat), free(w->col_stat);
+  free(w->heur_x), free(w->cut_x), free(w->cut_val), free(w->cut_ind);
+  milp_model_free(&w->cuts);
+}
+
 typedef struct GlpkCb {
+  GlpkOwned *own;
   const MilpModel *m;
   const MilpOptions *o;
   const double *start; /* ncols values handed to the tree, or NULL */
@@ -161,22 +210,26 @@ static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
   if (++cb->cut_rounds > (glp_ios_up_node(T, node) ? MILP_CUT_ROUNDS : MILP_ROOT_CUT_ROUNDS)) return;
   glp_prob *P = glp_ios_get_prob(T);
   const MilpModel *m = cb->m;
-  double *x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
-  int *ind = util_xcalloc((size_t)m->ncols + 2, sizeof(int));
-  double *val = util_xcalloc((size_t)m->ncols + 2, sizeof(double));
-  MilpModel cuts = {0};
+  GlpkOwned *w = cb->own;
+  double *x = w->cut_x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  int *ind = w->cut_ind = util_xcalloc((size_t)m->ncols + 2, sizeof(int));
+  double *val = w->cut_val = util_xcalloc((size_t)m->ncols + 2, sizeof(double));
+  MilpModel *cuts = &w->cuts;
   if (x && ind && val) {
     for (int c = 0; c < m->ncols; c++) x[c] = glp_get_col_prim(P, c + 1);
-    cb->o->separate(cb->o->separate_ctx, x, &cuts);
+    cb->o->separate(cb->o->separate_ctx, x, cuts);
   }
-  for (int k = 0, r = 0; !cuts.failed && r < cuts.nrows; r++) {
+  for (int k = 0, r = 0; !cuts->failed && r < cuts->nrows; r++) {
     int len = 0;
-    for (; k < cuts.nnz && cuts.nz_row[k] == r && len <= m->ncols; k++) ind[len + 1] = cuts.nz_col[k] + 1, val[len + 1] = cuts.nz_val[k], len++;
-    bool upper = cuts.row_ub[r] < HUGE_VAL;
-    glp_ios_add_row(T, NULL, MILP_CUT_CLASS, 0, len, ind, val, upper ? GLP_UP : GLP_LO, upper ? cuts.row_ub[r] : cuts.row_lb[r]);
+    for (; k < cuts->nnz && cuts->nz_row[k] == r && len <= m->ncols; k++)
+      ind[len + 1] = cuts->nz_col[k] + 1, val[len + 1] = cuts->nz_val[k], len++;
+    bool upper = cuts->row_ub[r] < HUGE_VAL;
+    glp_ios_add_row(T, NULL, MILP_CUT_CLASS, 0, len, ind, val, upper ? GLP_UP : GLP_LO, upper ? cuts->row_ub[r] : cuts->row_lb[r]);
   }
-  milp_model_free(&cuts);
+  milp_model_free(cuts);
+  *cuts = (MilpModel){0};
   free(x), free(ind), free(val);
+  w->cut_x = w->cut_val = NULL, w->cut_ind = NULL;
 }
 
 static void glpk_callback(glp_tree *T, void *info) {
@@ -184,11 +237,12 @@ static void glpk_callback(glp_tree *T, void *info) {
   int reason = glp_ios_reason(T);
   if (reason == GLP_IHEUR && !cb->gave_start && cb->start) {
     cb->gave_start = true;
-    double *x1 = util_xcalloc((size_t)cb->m->ncols + 1, sizeof(double));
+    double *x1 = cb->own->heur_x = util_xcalloc((size_t)cb->m->ncols + 1, sizeof(double));
     if (x1) {
       memcpy(x1 + 1, cb->start, (size_t)cb->m->ncols * sizeof(double));
       glp_ios_heur_sol(T, x1);
       free(x1);
+      cb->own->heur_x = NULL;
     }
   }
   if (reason == GLP_ICUTGEN && cb->cuts && cb->o->separate) glpk_add_cuts(T, cb);
@@ -243,7 +297,7 @@ static void set_row_bounds(glp_prob *P, int r, double lb, double ub) {
 
 /* The model's rows, lazy ones empty and free until activated (empty, so
  * that neither the scaling nor the presolved problem sees them). */
-static glp_prob *glpk_load(const MilpModel *m, const MilpOptions *o) {
+static glp_prob *glpk_load(const MilpModel *m, const MilpOptions *o, GlpkOwned *w) {
   glp_prob *P = glp_create_prob();
   glp_set_obj_dir(P, GLP_MIN);
   if (m->ncols) glp_add_cols(P, m->ncols);
@@ -256,10 +310,9 @@ static glp_prob *glpk_load(const MilpModel *m, const MilpOptions *o) {
   }
   for (int r = 0; r < m->nrows; r++)
     if (!is_lazy(o, r)) set_row_bounds(P, r, m->row_lb[r], m->row_ub[r]);
-  int *ia = util_xcalloc((size_t)m->nnz + 1, sizeof(int)), *ja = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
-  double *ar = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
+  int *ia = w->ia = util_xcalloc((size_t)m->nnz + 1, sizeof(int)), *ja = w->ja = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
+  double *ar = w->ar = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
   if (!ia || !ja || !ar) {
-    free(ia), free(ja), free(ar);
     glp_delete_prob(P);
     return NULL;
   }
@@ -268,6 +321,7 @@ static glp_prob *glpk_load(const MilpModel *m, const MilpOptions *o) {
     if (!is_lazy(o, m->nz_row[k])) nz++, ia[nz] = m->nz_row[k] + 1, ja[nz] = m->nz_col[k] + 1, ar[nz] = m->nz_val[k];
   glp_load_matrix(P, nz, ia, ja, ar);
   free(ia), free(ja), free(ar);
+  w->ia = w->ja = NULL, w->ar = NULL;
   return P;
 }
 
@@ -285,7 +339,7 @@ static void glpk_set_time_limit(glp_iocp *iocp, const MilpOptions *o, double t0)
  * bound from the LP's basis does not find in minutes. Its work is counted
  * in nodes like the main tree's. */
 static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOptions *o, const double *incumbent, long nodes,
-                               double t0, double *x) {
+                               double t0, GlpkOwned *w, double *x) {
   glp_prob *S = glp_create_prob();
   glp_copy_prob(S, P, GLP_OFF);
   int free_ints = 0;
@@ -298,7 +352,7 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
   }
   /* No heuristic start for it: with the presolver on, its tree works on
    * other columns. The incumbent is in the neighbourhood anyway. */
-  GlpkCb cb = {.m = m, .o = o, .node_limit = nodes, .t0 = t0};
+  GlpkCb cb = {.own = w, .m = m, .o = o, .node_limit = nodes, .t0 = t0};
   glp_iocp iocp;
   glp_init_iocp(&iocp);
   iocp.msg_lev = GLP_MSG_OFF;
@@ -354,21 +408,6 @@ static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp
   if (rc == GLP_EITLIM || rc == GLP_ETMLIM)
     *bound = glp_get_dual_stat(P) == GLP_FEAS ? fmax(loose_obj, glp_get_obj_val(P) + m->obj_offset) : loose_obj;
   return rc;
-}
-
-/* The lazy rows' terms, row by row, and which are in P. */
-typedef struct LazyRows {
-  int first, n;   /* the model's rows first .. first + n - 1 */
-  int *start;     /* per row, where its terms start in term (n + 1) */
-  int *term;      /* the model's triplet indices, row by row */
-  int *cols;      /* glp_set_mat_row's arrays (1-based) */
-  double *vals;
-  char *active;   /* per row, in P */
-} LazyRows;
-
-static void lazy_free(LazyRows *z) {
-  free(z->start), free(z->term), free(z->cols), free(z->vals), free(z->active);
-  *z = (LazyRows){0};
 }
 
 /* Nothing allocated when there are none. */
@@ -459,12 +498,10 @@ static int add_lazy_rows(glp_prob *P, const MilpModel *m, LazyRows *z, const glp
   return rc;
 }
 
-static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
-  glp_term_out(GLP_OFF);
-  glp_prob *P = glpk_load(m, o);
-  LazyRows lazy = {0};
-  if (!P || !lazy_new(m, o, &lazy)) {
-    lazy_free(&lazy);
+/* The solve, with what it allocates in w (freed by the caller). */
+static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e, GlpkOwned *w) {
+  glp_prob *P = glpk_load(m, o, w);
+  if (!P || !lazy_new(m, o, &w->lazy)) {
     if (P) glp_delete_prob(P);
     return err_set(e, "milp: out of memory");
   }
@@ -478,7 +515,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   if (o->lp_iterations > 0) smcp.it_lim = (int)fmin((double)o->lp_iterations, 2e9);
   double partial_bound;
   int rc = relax(P, m, o, &smcp, &partial_bound);
-  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &lazy, &smcp, t0, &partial_bound);
+  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &w->lazy, &smcp, t0, &partial_bound);
   if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
     r->status = MILP_INFEASIBLE;
     goto done;
@@ -492,13 +529,13 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     /* Presolve hides the basis when it proves nothing; solve plainly. */
     smcp.presolve = GLP_OFF;
     rc = glp_simplex(P, &smcp);
-    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &lazy, &smcp, t0, &partial_bound);
+    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &w->lazy, &smcp, t0, &partial_bound);
     if (rc != 0 || glp_get_status(P) != GLP_OPT) {
       r->status = glp_get_status(P) == GLP_NOFEAS ? MILP_INFEASIBLE : MILP_NO_SOLUTION;
       goto done;
     }
   }
-  lazy_free(&lazy); /* all in P now */
+  lazy_free(&w->lazy); /* all in P now */
   r->bound = glp_get_obj_val(P) + m->obj_offset;
   for (int c = 0; c < m->ncols; c++) r->lp_x[c] = glp_get_col_prim(P, c + 1);
   r->lp_x[m->ncols] = 0;
@@ -509,9 +546,9 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     goto done;
   }
   /* The best of the caller's start, the LP's point and its neighbourhood. */
-  double *sub = util_xcalloc((size_t)m->ncols + 1, sizeof(double)), *nb = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  double *sub = w->sub = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
+  double *nb = w->nb = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
   if (!sub || !nb) {
-    free(sub), free(nb);
     glp_delete_prob(P);
     return err_set(e, "milp: out of memory");
   }
@@ -540,7 +577,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
        * early (unet at f = 0.3 within 50), and on the large models a node
        * costs a second. */
       long nodes = pass && o->neighbourhood_nodes ? (o->neighbourhood_nodes + 3) / 4 : o->neighbourhood_nodes;
-      found = glpk_neighbourhood(P, m, o, pass ? sub : NULL, nodes, t0, nb);
+      found = glpk_neighbourhood(P, m, o, pass ? sub : NULL, nodes, t0, w, nb);
     }
     if (found && (!o->polish || o->polish(o->polish_ctx, nb)) && obj_of(m, nb) < start_obj && milp_violation(m, nb) <= 1e-6) {
       memcpy(sub, nb, (size_t)m->ncols * sizeof(double));
@@ -555,7 +592,6 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
     r->objective = start_obj;
     r->status = rel_gap(start_obj, r->bound) <= o->mip_gap ? MILP_OPTIMAL : MILP_FEASIBLE;
-    free(sub), free(nb);
     goto done;
   }
   /* Branch and bound, and where it leaves more than o->proof_gap, a second
@@ -563,9 +599,9 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
    * first cannot (llama-tiny at f = 0.1), while the first's plans stay
    * (with cuts from the start, its nodes cost more and fewer plans turn
    * up: gpt2-tiny at f = 0.3 ended 0.87% slower). */
-  int *row_stat = util_xcalloc((size_t)m->nrows + 1, sizeof(int)), *col_stat = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
+  int *row_stat = w->row_stat = util_xcalloc((size_t)m->nrows + 1, sizeof(int));
+  int *col_stat = w->col_stat = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
   if (!row_stat || !col_stat) {
-    free(sub), free(nb), free(row_stat), free(col_stat);
     glp_delete_prob(P);
     return err_set(e, "milp: out of memory");
   }
@@ -586,7 +622,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
       warm.it_lim = INT_MAX;
       if (glp_simplex(P, &warm) != 0 || glp_get_status(P) != GLP_OPT) break;
     }
-    GlpkCb cb = {.m = m, .o = o, .start = start, .node_limit = o->node_limit,
+    GlpkCb cb = {.own = w, .m = m, .o = o, .start = start, .node_limit = o->node_limit,
                  .iteration_limit = tree ? o->proof_iterations : o->tree_iterations, .t0 = t0, .bound = root_bound, .progress = true, .cuts = tree == 1};
     glp_iocp iocp;
     glp_init_iocp(&iocp);
@@ -639,13 +675,35 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     }
     root_bound = fmax(root_bound, fmin(r->bound, r->objective));
   }
-  free(row_stat), free(col_stat);
-  free(sub), free(nb);
 done:
-  lazy_free(&lazy);
   r->seconds = now() - t0;
   glp_delete_prob(P);
   return 0;
+}
+
+/* GLPK's state after one of its own errors is undefined: all of it goes,
+ * and the solve goes back to glpk_solve (GLPK calls abort if this
+ * returns). */
+static void glpk_fatal(void *info) {
+  glp_free_env();
+  longjmp(((GlpkOwned *)info)->back, 1);
+}
+
+static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
+  GlpkOwned *w = util_xcalloc(1, sizeof *w);
+  if (!w) return err_set(e, "milp: out of memory");
+  int rc;
+  if (setjmp(w->back)) {
+    rc = err_set(e, "milp: GLPK failed inside the solve (its message is above)");
+  } else {
+    glp_error_hook(glpk_fatal, w);
+    glp_term_out(GLP_OFF);
+    rc = glpk_run(m, o, r, e, w);
+  }
+  glp_error_hook(NULL, NULL);
+  owned_free(w);
+  free(w);
+  return rc;
 }
 
 /* -------------------------------------------------------------- CBC */

@@ -9,7 +9,9 @@
  * lazy rows (MilpOptions.lazy_first/lazy_end): left out until the point
  * violates them, they give the same optimum as the eager model, with a
  * point and a solution that meet them all, and a valid bound when the count
- * stops the rounds.
+ * stops the rounds. And a failure inside GLPK (here a cut over a column the
+ * model does not have, which GLPK treats as fatal) is milp_solve's error,
+ * not an abort, and GLPK solves again afterwards.
  */
 #include "ration.h"
 #include "test.h"
@@ -68,6 +70,15 @@ static int solve(const MilpModel *m, bool lazy, bool lp_only, const double *loos
 }
 
 static bool same(double a, double b) { return fabs(a - b) <= 1e-7 * fmax(1, fabs(b)); }
+
+/* A caller's cut generator with a bug: a row over a column past the model's. */
+static void bad_cut(void *ctx, const double *x, MilpModel *cuts) {
+  (void)x;
+  int *calls = ctx, col = 1000;
+  double val = 1;
+  (*calls)++;
+  milp_add_row(cuts, -HUGE_VAL, 1, 1, &col, &val);
+}
 
 /* The model without its lazy rows: their positions' M_p columns left free. */
 static void drop_lazy(const MilpModel *m, MilpModel *out, double *row_lb, double *row_ub) {
@@ -204,6 +215,34 @@ int main(void) {
       free(loose);
     }
     T_CHECKF(stopped_in_rounds > 0, "%d solves stopped in the rounds", stopped_in_rounds);
+  }
+  T_CASE("a failure inside GLPK is an error, and GLPK solves again after it") {
+    int calls = 0, failed = 0;
+    for (unsigned seed = 1; seed <= 20; seed++) {
+      MilpModel m;
+      double *loose;
+      build(&m, seed, 0.35, &loose, 0.9);
+      MilpResult before, r, after;
+      T_CHECK(solve(&m, false, false, NULL, 0, &before) == 0);
+      /* A first tree stopped at once leaves a gap, so the tree with the
+       * caller's cuts runs. */
+      MilpOptions o = {.solver = "glpk", .quiet = true, .tree_iterations = 1, .proof_gap = 1e-9, .proof_iterations = 1000,
+                       .separate = bad_cut, .separate_ctx = &calls};
+      Err e = {0};
+      int calls0 = calls, rc = milp_solve(&m, &o, &r, &e);
+      if (calls > calls0) {
+        failed++;
+        T_CHECKF(rc != 0 && strstr(e.msg, "GLPK failed"), "seed %u: rc %d, \"%s\"", seed, rc, e.msg);
+      }
+      if (rc == 0) milp_result_free(&r);
+      T_CHECK(solve(&m, false, false, NULL, 0, &after) == 0);
+      T_CHECKF(after.status == before.status && same(after.objective, before.objective), "seed %u: %.9g after, %.9g before",
+               seed, after.objective, before.objective);
+      milp_result_free(&before), milp_result_free(&after);
+      milp_model_free(&m);
+      free(loose);
+    }
+    T_CHECKF(failed > 0, "the cut generator never ran");
   }
   T_DONE();
 }
