@@ -16,7 +16,8 @@
  * GLPK calls abort on its own internal errors unless glp_error_hook takes
  * them: glpk_solve does, so that a failure inside GLPK (seen once, a
  * failed assertion in the primal simplex on an experimental model) is
- * the solve's error and the library never aborts. No GLPK object lives
+ * the solve's error (with GLPK's own text, which would otherwise go to the
+ * terminal) and the library never aborts. No GLPK object lives
  * outside one glpk_solve, so the glp_free_env that follows frees nothing
  * of anyone else's.
  */
@@ -171,6 +172,7 @@ static void lazy_free(LazyRows *z) {
  * the solve is an error instead of an abort. */
 typedef struct GlpkOwned {
   jmp_buf back;
+  char said[512]; /* what GLPK printed (only its error text: its output is off otherwise) */
   LazyRows lazy;
   int *ia, *ja; /* glpk_load's matrix */
   double *ar;
@@ -681,6 +683,18 @@ done:
   return 0;
 }
 
+/* GLPK's printing, kept for the error line instead of the terminal, its
+ * lines joined by "; ". */
+static int glpk_heard(void *info, const char *text) {
+  GlpkOwned *w = info;
+  size_t n = strlen(w->said);
+  for (; *text && n + 3 < sizeof w->said; text++)
+    if (*text != '\n') w->said[n++] = *text;
+    else w->said[n++] = ';', w->said[n++] = ' ';
+  w->said[n] = '\0';
+  return 1;
+}
+
 /* GLPK's state after one of its own errors is undefined: all of it goes,
  * and the solve goes back to glpk_solve (GLPK calls abort if this
  * returns). */
@@ -694,13 +708,17 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   if (!w) return err_set(e, "milp: out of memory");
   int rc;
   if (setjmp(w->back)) {
-    rc = err_set(e, "milp: GLPK failed inside the solve (its message is above)");
+    size_t n = strlen(w->said);
+    if (n >= 2 && !strcmp(w->said + n - 2, "; ")) w->said[n - 2] = '\0';
+    rc = err_set(e, "milp: GLPK failed inside the solve: %s", w->said);
   } else {
     glp_error_hook(glpk_fatal, w);
+    glp_term_hook(glpk_heard, w);
     glp_term_out(GLP_OFF);
     rc = glpk_run(m, o, r, e, w);
   }
   glp_error_hook(NULL, NULL);
+  glp_term_hook(NULL, NULL);
   owned_free(w);
   free(w);
   return rc;

@@ -232,7 +232,9 @@ int main(void) {
       int calls0 = calls, rc = milp_solve(&m, &o, &r, &e);
       if (calls > calls0) {
         failed++;
-        T_CHECKF(rc != 0 && strstr(e.msg, "GLPK failed"), "seed %u: rc %d, \"%s\"", seed, rc, e.msg);
+        T_CHECKF(rc != 0 && strstr(e.msg, "GLPK failed") && strstr(e.msg, "out of range") && !strchr(e.msg, '\n'),
+                 "seed %u: rc %d, \"%s\"", seed, rc, e.msg);
+        if (failed == 1) printf("  %s\n", e.msg);
       }
       if (rc == 0) milp_result_free(&r);
       T_CHECK(solve(&m, false, false, NULL, 0, &after) == 0);
