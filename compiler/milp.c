@@ -228,8 +228,7 @@ static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
     bool upper = cuts->row_ub[r] < HUGE_VAL;
     glp_ios_add_row(T, NULL, MILP_CUT_CLASS, 0, len, ind, val, upper ? GLP_UP : GLP_LO, upper ? cuts->row_ub[r] : cuts->row_lb[r]);
   }
-  milp_model_free(cuts);
-  *cuts = (MilpModel){0};
+  milp_model_free(cuts); /* zeroes it for the next round */
   free(x), free(ind), free(val);
   w->cut_x = w->cut_val = NULL, w->cut_ind = NULL;
 }
