@@ -149,6 +149,7 @@ static int cmd_plan(int argc, char **argv) {
   if (o.budget_bytes < 0) die(&e);
   Plan *p = plan_make(g, d, &o, &e);
   if (!p) die(&e);
+  if (p->solver.note[0]) fprintf(stderr, "ration: warning: %s; the plan is the best found before it\n", p->solver.note);
   if (dump) dump_plan(p, g);
   if (check) {
     Buf why = {0};

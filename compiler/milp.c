@@ -15,9 +15,10 @@
  *
  * GLPK calls abort on its own internal errors unless glp_error_hook takes
  * them: glpk_solve does, so that a failure inside GLPK (seen once, a
- * failed assertion in the primal simplex on an experimental model) is
- * the solve's error (with GLPK's own text, which would otherwise go to the
- * terminal) and the library never aborts. No GLPK object lives
+ * failed assertion in the primal simplex on an experimental model) ends
+ * the solve with MILP_FAILED, GLPK's own text (which would otherwise go
+ * to the terminal) and the bound proven so far (an lp_only solve: an
+ * error), and the library never aborts. No GLPK object lives
  * outside one glpk_solve, so the glp_free_env that follows frees nothing
  * of anyone else's.
  */
@@ -173,6 +174,7 @@ static void lazy_free(LazyRows *z) {
 typedef struct GlpkOwned {
   jmp_buf back;
   char said[512]; /* what GLPK printed (only its error text: its output is off otherwise) */
+  double proven;  /* the best bound proven so far, once the relaxation is solved */
   LazyRows lazy;
   int *ia, *ja; /* glpk_load's matrix */
   double *ar;
@@ -261,6 +263,7 @@ static void glpk_callback(glp_tree *T, void *info) {
   }
   int best = glp_ios_best_node(T);
   if (best) cb->bound = glp_ios_node_bound(T, best) + cb->m->obj_offset;
+  cb->own->proven = fmax(cb->own->proven, cb->bound);
   /* The tree with cuts is there to prove: it stops at the proof gap (of
    * the whole objective; GLPK's own gap leaves out the constant). */
   glp_prob *P = glp_ios_get_prob(T);
@@ -537,7 +540,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     }
   }
   lazy_free(&w->lazy); /* all in P now */
-  r->bound = glp_get_obj_val(P) + m->obj_offset;
+  r->bound = w->proven = glp_get_obj_val(P) + m->obj_offset;
   for (int c = 0; c < m->ncols; c++) r->lp_x[c] = glp_get_col_prim(P, c + 1);
   r->lp_x[m->ncols] = 0;
   if (o->lp_only) {
@@ -675,6 +678,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
       r->bound = fmin(start_obj, bound);
     }
     root_bound = fmax(root_bound, fmin(r->bound, r->objective));
+    w->proven = fmax(w->proven, root_bound);
   }
 done:
   r->seconds = now() - t0;
@@ -702,14 +706,35 @@ static void glpk_fatal(void *info) {
   longjmp(((GlpkOwned *)info)->back, 1);
 }
 
+/* The least objective over the columns' bounds alone (-HUGE_VAL where it
+ * is unbounded): the bound before anything is solved. */
+static double box_bound(const MilpModel *m) {
+  double b = m->obj_offset;
+  for (int c = 0; c < m->ncols; c++)
+    if (m->obj[c] != 0) b += fmin(m->obj[c] * m->col_lb[c], m->obj[c] * m->col_ub[c]);
+  return isnan(b) ? -HUGE_VAL : b;
+}
+
 static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   GlpkOwned *w = util_xcalloc(1, sizeof *w);
   if (!w) return err_set(e, "milp: out of memory");
+  double t0 = now();
+  w->proven = box_bound(m);
   int rc;
   if (setjmp(w->back)) {
     size_t n = strlen(w->said);
     if (n >= 2 && !strcmp(w->said + n - 2, "; ")) w->said[n - 2] = '\0';
-    rc = err_set(e, "milp: GLPK failed inside the solve: %s", w->said);
+    snprintf(r->failure, sizeof r->failure, "milp: GLPK failed inside the solve: %s", w->said);
+    /* What was proven still holds, and the caller has seen every solution
+     * through its polish: it may keep its best. */
+    if (!o->lp_only) {
+      r->status = MILP_FAILED;
+      r->bound = w->proven;
+      r->seconds = now() - t0;
+      rc = 0;
+    } else {
+      rc = err_set(e, "%s", r->failure);
+    }
   } else {
     glp_error_hook(glpk_fatal, w);
     glp_term_hook(glpk_heard, w);

@@ -2331,6 +2331,16 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
+  if (r.status == MILP_FAILED) {
+    /* The plans found before it still stand, with what was proven. */
+    if (!best->ok) {
+      err_set(e, "%s: %s", g->path, r.failure);
+      milp_result_free(&r);
+      goto out;
+    }
+    snprintf(si->note, sizeof si->note, "%s", r.failure);
+    if (!isfinite(r.bound)) r.bound = 0;
+  }
   snprintf(si->name, sizeof si->name, "%s", mo.solver);
   bool have = r.status == MILP_OPTIMAL || r.status == MILP_FEASIBLE || r.status == MILP_TIME_LIMIT;
   if (have) {

@@ -234,6 +234,7 @@ typedef struct SolverInfo {
   char name[16];
   char status[16]; /* optimal feasible time_limit not_used */
   double objective, bound, gap, seconds;
+  char note[640]; /* what went wrong on the way to a plan that still stands; not in the plan file */
 } SolverInfo;
 
 typedef struct Predicted {
@@ -474,13 +475,17 @@ typedef struct MilpOptions {
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
 } MilpOptions;
 
-typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MILP_NO_SOLUTION } MilpStatus;
+/* MILP_FAILED (GLPK, not lp_only): the solver failed inside; bound is what
+ * it had proven by then (the columns' bounds alone if the relaxation,
+ * lp_x, was not solved), failure says why, x is not set. */
+typedef enum { MILP_OPTIMAL, MILP_FEASIBLE, MILP_TIME_LIMIT, MILP_INFEASIBLE, MILP_NO_SOLUTION, MILP_FAILED } MilpStatus;
 
 typedef struct MilpResult {
   MilpStatus status;
   double *x;    /* ncols values when a solution exists */
   double *lp_x; /* the LP relaxation's values; lp_x[ncols] is NaN when it was not solved */
   double objective, bound, gap, seconds;
+  char failure[640];
 } MilpResult;
 
 /* Column or row index, -1 after an allocation failure (then m->failed). */

@@ -4,12 +4,15 @@
  * vector (random ones on the small models), every plan it returns passes
  * sim_check within the budget with that exact peak, it is never slower than
  * a baseline that fits the same budget, an infeasible budget names a
- * smallest budget that really is met, and a time limit is honoured with an
- * honest status. The large-model cases use gpt2-124m at one budget.
+ * smallest budget that really is met, a time limit is honoured with an
+ * honest status, and GLPK failing inside the solve (made to, by its own
+ * memory limit) costs neither the plan nor the bound's honesty. The
+ * large-model cases use gpt2-124m at one budget.
  */
 #include "ration.h"
 #include "test.h"
 
+#include <glpk.h>
 #include <math.h>
 #include <stdlib.h>
 #include <time.h>
@@ -217,6 +220,54 @@ int main(void) {
       plan_free(q);
     }
     plan_free(p);
+  }
+  T_CASE("GLPK failing inside the solve: the best plan so far, a bound below the optimum, GLPK's reason") {
+    int64_t m, k;
+    if (tiny) range(tiny, h100, &m, &k);
+    int64_t budget = tiny ? m + (k - m) / 2 : 0;
+    Err e2;
+    Plan *full = tiny ? make(tiny, h100, "ilp", budget, 0, &e2) : NULL;
+    T_CHECKF(full != NULL, "%s", tiny ? e2.msg : e.msg);
+    double best_base = INFINITY;
+    for (size_t s = 0; full && s < NBASE; s++) {
+      Plan *b = make(tiny, h100, baselines[s], budget, 0, &e2);
+      if (b) best_base = fmin(best_base, b->predicted.step_seconds);
+      plan_free(b);
+    }
+    /* Each limit fails GLPK somewhere else, up to the first it stays under. */
+    int failed = 0;
+    for (int mb = 1; full && mb <= 64; mb++) {
+      glp_mem_limit(mb);
+      Plan *p = make(tiny, h100, "ilp", budget, 0, &e2);
+      glp_free_env(); /* the limit goes with it */
+      T_CHECKF(p != NULL, "%d MB: %s", mb, e2.msg);
+      if (!p) continue;
+      if (!p->solver.note[0]) {
+        plan_free(p);
+        break;
+      }
+      failed++;
+      const SolverInfo *si = &p->solver;
+      Err ce;
+      T_CHECKF(strstr(si->note, "GLPK failed inside the solve") && strstr(si->note, "memory allocation limit exceeded") &&
+                   !strchr(si->note, '\n'),
+               "%d MB: note \"%s\"", mb, si->note);
+      T_CHECKF(!strcmp(si->status, "feasible") && si->bound <= si->objective && si->bound <= full->solver.objective * (1 + 1e-9),
+               "%d MB: %s, bound %.6f, objective %.6f, the unlimited solve's %.6f", mb, si->status, si->bound,
+               si->objective, full->solver.objective);
+      T_CHECKF(sim_check(p, tiny, &ce) == 0 && p->arena_bytes <= budget, "%d MB: %s", mb, ce.msg);
+      T_CHECKF(plan_ilp_predicted_peak(tiny, h100, p->decisions, &ce) == p->predicted.peak_live_bytes, "%d MB", mb);
+      T_CHECKF(p->predicted.step_seconds <= best_base * (1 + 1e-9), "%d MB: step %.9g, a baseline reaches %.9g", mb,
+               p->predicted.step_seconds, best_base);
+      if (failed == 1) printf("  %d MB: %.6f s, bound %.2f us: %s\n", mb, p->predicted.step_seconds, si->bound, si->note);
+      plan_free(p);
+    }
+    T_CHECKF(!full || failed > 0, "GLPK never failed");
+    Plan *again = full ? make(tiny, h100, "ilp", budget, 0, &e2) : NULL;
+    T_CHECKF(!full || (again && again->predicted.step_seconds == full->predicted.step_seconds), "after the failures: %s",
+             again ? "another plan" : e2.msg);
+    plan_free(again);
+    plan_free(full);
   }
   graph_free(tiny);
   Graph *big = graph_load("models/gpt2-124m.json", &e);
