@@ -80,6 +80,18 @@ const char *plan_decision_name(Decision d) {
   }
 }
 
+int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e) {
+  SimResult r;
+  if (layout_assign(p, g, e) || sim_run(p, g, d, false, &r, e)) return -1;
+  p->predicted.step_seconds = r.step_seconds;
+  p->predicted.compute_seconds = r.compute_seconds;
+  p->predicted.recompute_seconds = r.recompute_seconds;
+  p->predicted.stall_seconds = r.stall_seconds;
+  p->predicted.peak_live_bytes = r.peak_live_bytes;
+  sim_result_free(&r);
+  return 0;
+}
+
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e) {
   Plan *p = plan_new(g);
   if (!p) {
@@ -98,17 +110,10 @@ Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, 
     }
     p->decisions[t] = dec[t];
   }
-  SimResult r;
-  if (plan_build_schedule(p, g, d, e) || layout_assign(p, g, e) || sim_run(p, g, d, false, &r, e)) {
+  if (plan_build_schedule(p, g, d, e) || plan_finish(p, g, d, e)) {
     plan_free(p);
     return NULL;
   }
-  p->predicted.step_seconds = r.step_seconds;
-  p->predicted.compute_seconds = r.compute_seconds;
-  p->predicted.recompute_seconds = r.recompute_seconds;
-  p->predicted.stall_seconds = r.stall_seconds;
-  p->predicted.peak_live_bytes = r.peak_live_bytes;
-  sim_result_free(&r);
   return p;
 }
 

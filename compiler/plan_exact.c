@@ -329,16 +329,8 @@ fail:
 
 /* Layout and simulation of a built plan, as plan_from_decisions does. */
 static int exact_finish(Plan *p, const Graph *g, const Device *d, Err *e) {
-  SimResult r;
   p->budget_bytes = INT64_MAX; /* checked by plan_make against the real one */
-  if (layout_assign(p, g, e) || sim_run(p, g, d, false, &r, e)) return -1;
-  p->predicted.step_seconds = r.step_seconds;
-  p->predicted.compute_seconds = r.compute_seconds;
-  p->predicted.recompute_seconds = r.recompute_seconds;
-  p->predicted.stall_seconds = r.stall_seconds;
-  p->predicted.peak_live_bytes = r.peak_live_bytes;
-  sim_result_free(&r);
-  return 0;
+  return plan_finish(p, g, d, e);
 }
 
 static double now_seconds(void) {

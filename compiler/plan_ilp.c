@@ -215,9 +215,11 @@ static int new_col(Ilp *md, double lb, double ub, double obj, bool integer) {
   return c;
 }
 
+/* Room for index n in *arr (*cap elements, grown by doubling). */
 static bool push(void **arr, int n, int *cap, size_t elem) {
   if (n < *cap) return true;
-  int nc = *cap ? *cap * 2 : 1024;
+  int nc = *cap ? *cap : 1024;
+  while (nc <= n) nc *= 2;
   void *p = realloc(*arr, (size_t)nc * elem);
   if (!p) return false;
   *arr = p;
@@ -249,11 +251,6 @@ static Lin and_of(Ilp *md, const Lin *f, int n) {
     md->failed = true;
     return lin_const(0);
   }
-  while (md->cap_fac < md->nfac + nk)
-    if (!push((void **)&md->fac, md->cap_fac, &md->cap_fac, sizeof(Lin))) {
-      md->failed = true;
-      return lin_const(0);
-    }
   md->prod[md->nprod++] = (Prod){z, nk, md->nfac};
   for (int i = 0; i < nk; i++) md->fac[md->nfac++] = keep[i];
   Lin l = lin_const(0);
@@ -279,15 +276,11 @@ static Lin or_of(Ilp *md, const Lin *f, int n) {
   if (nk == 1)
     for (int i = 0; i < n; i++)
       if (!lin_is_const(&f[i])) return f[i];
-  if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod))) {
+  if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod)) ||
+      !push((void **)&md->fac, md->nfac + nk, &md->cap_fac, sizeof(Lin))) {
     md->failed = true;
     return lin_const(0);
   }
-  while (md->cap_fac < md->nfac + nk)
-    if (!push((void **)&md->fac, md->cap_fac, &md->cap_fac, sizeof(Lin))) {
-      md->failed = true;
-      return lin_const(0);
-    }
   int z = new_col(md, 0, 1, 0, false);
   md->prod[md->nprod++] = (Prod){z, -nk, md->nfac};
   for (int i = 0; i < n; i++) {
@@ -411,11 +404,6 @@ static void term(Ilp *md, int p0, int p1, const Lin *l, int64_t bytes) {
     md->failed = true;
     return;
   }
-  while (md->cap_ev < md->nev + 2 * (l->n + 1))
-    if (!push((void **)&md->ev, md->cap_ev, &md->cap_ev, sizeof(Event))) {
-      md->failed = true;
-      return;
-    }
   for (int i = -1; i < l->n; i++) {
     double c = i < 0 ? l->k : l->c[i];
     if (c == 0) continue;

@@ -392,6 +392,8 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
+/* A built plan's layout and simulation, filling predicted. */
+int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
 /* Runs a strategy end to end and checks the result against the budget. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
 /* Keep-all peak live bytes of the graph (what every budget % refers to). */
