@@ -430,6 +430,10 @@ static int cmd_report(int argc, char **argv) {
   Report r;
   if (report_sweep(&r, g, d, &ro, &e)) die(&e);
   if (report_write(&r, out, &e)) die(&e);
+  for (int i = 0; i < r.npoints * r.nstrategies; i++)
+    if (r.cells[i].feasible && r.cells[i].solver.note[0])
+      fprintf(stderr, "ration: warning: %s at %" PRId64 " bytes: %s; the plan is the best found before it\n",
+              r.strategies[i % r.nstrategies], r.budgets[i / r.nstrategies], r.cells[i].solver.note);
   printf("%s/report.html, report.csv, report.md and the charts as SVG\n", out);
   report_free(&r);
   free(command);
