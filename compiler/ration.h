@@ -388,6 +388,12 @@ int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double
 int plan_ilp_cut_check(const Graph *g, const Device *d, int64_t budget, const Decision *decs, int ndecs, int *ncuts,
                        int *fits, double *cut_off, double *worst, Err *e);
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* One round of the ilp's pair moves (docs/PLANNING.md 5 step 7) on dec, at
+ * the budget, with a relaxation point that takes prefer whole: the best of
+ * dec and every pair of tensors moved to prefer's decisions, into out, and
+ * its model objective. -1 if dec does not fit. */
+int plan_ilp_pair_step(const Graph *g, const Device *d, int64_t budget, const Decision *dec, const Decision *prefer,
+                       Decision *out, double *objective, Err *e);
 
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */

@@ -140,6 +140,48 @@ static void check_cuts(const Graph *g, const Device *d, int64_t budget, int n, u
 }
 
 /* The ilp plan at one budget against the simulator and the baselines. */
+/* Plans two changes away from the ilp's plan at the budget, each given the
+ * plan as the relaxation's preference but for four other tensors (so that
+ * fifteen pairs compete): the pair step must get back to the plan or
+ * better, within the budget, and leave the plan itself alone. */
+static void check_pairs(const Graph *g, const Device *d, int64_t budget, int tries) {
+  Err e;
+  Plan *q = make(g, d, "ilp", budget, 3, &e);
+  T_CHECKF(q != NULL, "%s", e.msg);
+  if (!q) return;
+  int n = g->ntensors, found = 0;
+  Decision *p = malloc((size_t)n * sizeof *p), *out = malloc((size_t)n * sizeof *out);
+  Decision *prefer = malloc((size_t)n * sizeof *prefer);
+  double q_obj, obj;
+  T_CHECKF(plan_ilp_pair_step(g, d, budget, q->decisions, q->decisions, out, &q_obj, &e) == 0 &&
+               !memcmp(out, q->decisions, (size_t)n * sizeof *out),
+           "the plan itself: %s", e.msg);
+  for (int i = 0; i < g->nstashed && found < tries; i++)
+    for (int j = i + 1 + i % 7; j < g->nstashed && found < tries; j += 7) {
+      int t1 = g->stashed[i], t2 = g->stashed[j];
+      memcpy(p, q->decisions, (size_t)n * sizeof *p);
+      p[t1] = (Decision)((p[t1] + 1 + j % 2) % 3);
+      p[t2] = (Decision)((p[t2] + 1 + i % 2) % 3);
+      Err pe;
+      int64_t peak = plan_ilp_predicted_peak(g, d, p, &pe);
+      if (peak < 0 || peak > budget) continue;
+      found++;
+      memcpy(prefer, q->decisions, (size_t)n * sizeof *prefer);
+      for (int k = 0, s = (i + j) % g->nstashed; k < 4; s = (s + 5) % g->nstashed) {
+        int t = g->stashed[s];
+        if (t != t1 && t != t2) prefer[t] = (Decision)((prefer[t] + 1 + k % 2) % 3), k++;
+      }
+      T_CHECKF(plan_ilp_pair_step(g, d, budget, p, prefer, out, &obj, &e) == 0, "%s", e.msg);
+      int64_t out_peak = plan_ilp_predicted_peak(g, d, out, &pe);
+      T_CHECKF(obj <= q_obj + 1e-9 * q_obj && out_peak >= 0 && out_peak <= budget,
+               "%s at %lld, %s and %s changed: %.6f us after the pair step, the plan %.6f; peak %lld", g->name,
+               (long long)budget, g->tensors[t1].name, g->tensors[t2].name, obj, q_obj, (long long)out_peak);
+    }
+  T_CHECKF(found == tries, "%s: %d plans two changes away fit the budget", g->name, found);
+  free(p), free(out), free(prefer);
+  plan_free(q);
+}
+
 static void check_plan(const Graph *g, const Device *d, int64_t budget, double limit) {
   Err e;
   Plan *p = make(g, d, "ilp", budget, limit, &e);
@@ -195,6 +237,11 @@ int main(void) {
       int64_t m, k;
       range(g, h100, &m, &k);
       for (int f = 1; f <= 3; f += 2) check_cuts(g, h100, m + (int64_t)((double)(k - m) * f / 10.0), 200, 41 + (unsigned)i);
+    }
+    T_CASE("pair moves: two changes away from a plan, the pair step gets back") {
+      int64_t m, k;
+      range(g, h100, &m, &k);
+      check_pairs(g, h100, m + (k - m) / 2, 6);
     }
     T_CASE("ilp plans: valid, exact peak, never behind a baseline") {
       int64_t m, k;
