@@ -2130,16 +2130,6 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   free(order);
 }
 
-/* Kicks guided by the relaxation (an iterated local search around the
- * best plan): where it is still more than ILP_PROOF_GAP above the bound,
- * ILP_KICK_TENSORS of the tensors whose decision in the best plan the LP's
- * point does not take whole move to the choice the point prefers among
- * the others; the result is repaired in the point's keep order and
- * polished with exchanges, and replaces the best plan if faster. The
- * descent cannot leave its local optimum by single changes and exchanges;
- * the point says which way to jump. The doubted tensors are taken again
- * from each new best plan, as its decisions are what the next kick moves.
- * Deterministic: a fixed-seed generator. */
 typedef struct Doubt {
   int t;
   Decision to;  /* the relaxation's choice among the other two */
@@ -2211,6 +2201,17 @@ static bool pairs(const Ilp *md, Candidate *best, const double *point, int64_t l
   return improved;
 }
 
+/* Kicks guided by the relaxation (an iterated local search around the
+ * best plan): where it is still more than ILP_PROOF_GAP above the bound,
+ * ILP_KICK_TENSORS of the tensors whose decision in the best plan the LP's
+ * point does not take whole move to the choice the point prefers among
+ * the others; the result is repaired in the point's keep order and
+ * polished with exchanges, and replaces the best plan if faster. The
+ * descent cannot leave its local optimum by single changes and exchanges;
+ * the point says which way to jump. The pair moves go first, until no
+ * pair is faster. The doubted tensors are taken again from each new best
+ * plan, as its decisions are what the next kick moves. Deterministic: a
+ * fixed-seed generator. */
 static void kick(const Ilp *md, Candidate *best, const double *point, double bound, int64_t limit, double *x, double deadline,
                  long evals) {
   const Graph *g = md->g;
