@@ -5,8 +5,9 @@
  * sim_check within the budget with that exact peak, it is never slower than
  * a baseline that fits the same budget, an infeasible budget names a
  * smallest budget that really is met, a time limit is honoured with an
- * honest status, and GLPK failing inside the solve (made to, by its own
- * memory limit) costs neither the plan nor the bound's honesty. The
+ * honest status, its pair moves get back to a plan from two changes away,
+ * and GLPK failing inside the solve (made to, by its own memory limit)
+ * costs neither the plan nor the bound's honesty. The
  * large-model cases use gpt2-124m at one budget.
  */
 #include "ration.h"
@@ -139,7 +140,6 @@ static void check_cuts(const Graph *g, const Device *d, int64_t budget, int n, u
   free(decs);
 }
 
-/* The ilp plan at one budget against the simulator and the baselines. */
 /* Plans two changes away from the ilp's plan at the budget, each given the
  * plan as the relaxation's preference but for four other tensors (so that
  * fifteen pairs compete): the pair step must get back to the plan or
@@ -182,6 +182,7 @@ static void check_pairs(const Graph *g, const Device *d, int64_t budget, int tri
   plan_free(q);
 }
 
+/* The ilp plan at one budget against the simulator and the baselines. */
 static void check_plan(const Graph *g, const Device *d, int64_t budget, double limit) {
   Err e;
   Plan *p = make(g, d, "ilp", budget, limit, &e);
