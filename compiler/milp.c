@@ -170,11 +170,11 @@ static void lazy_free(LazyRows *z) {
  * on the heap. GLPK reports its own failures (a failed assertion inside
  * the simplex, a bad argument) through glp_error_hook, whose only way
  * back is a longjmp out of GLPK's frames; what is here is then freed, and
- * the solve is an error instead of an abort. */
+ * the solve ends with MILP_FAILED (or an error) instead of an abort. */
 typedef struct GlpkOwned {
   jmp_buf back;
   char said[512]; /* what GLPK printed (only its error text: its output is off otherwise) */
-  double proven;  /* the best bound proven so far, once the relaxation is solved */
+  double proven;  /* the best bound proven so far (the columns' bounds alone before the relaxation) */
   LazyRows lazy;
   int *ia, *ja; /* glpk_load's matrix */
   double *ar;
@@ -200,7 +200,8 @@ typedef struct GlpkCb {
   const double *start; /* ncols values handed to the tree, or NULL */
   long node_limit, iteration_limit;
   double t0, last_print, bound;
-  bool gave_start, stopped, counted_out, progress;
+  bool gave_start, stopped, counted_out;
+  bool whole; /* the tree is over the whole model, not a neighbourhood: its bound bounds the solve, its progress is printed */
   bool cuts; /* the tree works on the model's own columns (no presolver): the caller's cuts apply */
   long nodes;
   int iterations0; /* the problem's simplex count when the tree began */
@@ -263,7 +264,7 @@ static void glpk_callback(glp_tree *T, void *info) {
   }
   int best = glp_ios_best_node(T);
   if (best) cb->bound = glp_ios_node_bound(T, best) + cb->m->obj_offset;
-  cb->own->proven = fmax(cb->own->proven, cb->bound);
+  if (cb->whole) cb->own->proven = fmax(cb->own->proven, cb->bound);
   /* The tree with cuts is there to prove: it stops at the proof gap (of
    * the whole objective; GLPK's own gap leaves out the constant). */
   glp_prob *P = glp_ios_get_prob(T);
@@ -273,7 +274,7 @@ static void glpk_callback(glp_tree *T, void *info) {
     return;
   }
   double t = now() - cb->t0;
-  if (cb->progress && !cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
+  if (cb->whole && !cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
     cb->last_print = t;
     if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT) {
       double inc = glp_mip_obj_val(P) + cb->m->obj_offset;
@@ -627,7 +628,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
       if (glp_simplex(P, &warm) != 0 || glp_get_status(P) != GLP_OPT) break;
     }
     GlpkCb cb = {.own = w, .m = m, .o = o, .start = start, .node_limit = o->node_limit,
-                 .iteration_limit = tree ? o->proof_iterations : o->tree_iterations, .t0 = t0, .bound = root_bound, .progress = true, .cuts = tree == 1};
+                 .iteration_limit = tree ? o->proof_iterations : o->tree_iterations, .t0 = t0, .bound = root_bound, .whole = true, .cuts = tree == 1};
     glp_iocp iocp;
     glp_init_iocp(&iocp);
     iocp.msg_lev = GLP_MSG_OFF;

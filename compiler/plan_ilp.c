@@ -2184,9 +2184,10 @@ static bool pairs(const Ilp *md, Candidate *best, const double *point, int64_t l
       for (int j = i + 1; j < n && *evals > 0; j++) {
         cur[d[j].t] = d[j].to;
         int64_t pk;
+        double obj;
         (*evals)--;
-        if (ilp_eval(md, cur, x, &pk) == 0 && pk <= limit && objective_of(md, x) < top - 1e-9 && !is_excluded(md, cur))
-          top = objective_of(md, x), pi = i, pj = j;
+        if (ilp_eval(md, cur, x, &pk) == 0 && pk <= limit && (obj = objective_of(md, x)) < top - 1e-9 && !is_excluded(md, cur))
+          top = obj, pi = i, pj = j;
         cur[d[j].t] = best->dec[d[j].t];
       }
       cur[d[i].t] = best->dec[d[i].t];
