@@ -2438,13 +2438,16 @@ out:
 }
 
 /* The memory-minimizing solve (goal GOAL_MEMORY, with GOAL_QUICK or not):
- * its decisions and their arena. */
+ * its decisions and their arena; note: GLPK's failure inside it, if any (a
+ * SolverInfo note: the plan is the least found before it, not proven the
+ * least). */
 static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, Decision *out, int64_t *arena,
-                           Err *e) {
+                           char *note, Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
+  note[0] = 0;
   if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, &relaxed, ILP_TREE_WORK,
                e) ||
       !c.ok)
@@ -2453,14 +2456,16 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   if (!p) return -1;
   *arena = p->arena_bytes;
   plan_free(p);
+  snprintf(note, sizeof si.note, "%s", si.note);
   return 0;
 }
 
 static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   int64_t arena = -1;
+  char note[sizeof ((SolverInfo *)0)->note];
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, GOAL_MEMORY, dec, &arena, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, dec, &arena, note, e);
   free(dec);
   return arena;
 }
@@ -2727,6 +2732,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   int64_t mm_arena = -1;
   int mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
   bool mm_ok = false;
+  char mm_note[sizeof si->note] = "";
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
     SolverInfo rsi = *si;
     pool.n = 0;
@@ -2743,7 +2749,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, &e2) == 0;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, mm_note, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
@@ -2815,7 +2821,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     /* The memory-minimizing solve fits whenever anything in the model does. */
     int64_t m = -1;
     Err e2;
-    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, &e2) == 0;
+    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, mm_note, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
@@ -2823,6 +2829,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (m >= 0 && m <= o->budget_bytes && try_plan(g, d, o->budget_bytes, best, &best_s)) {
       snprintf(si->status, sizeof si->status, "feasible");
       si->objective = model_objective(g, d, best);
+      if (!si->note[0]) snprintf(si->note, sizeof si->note, "%s", mm_note);
     } else {
       char b1[32], b2[32];
       if (m < 0)
@@ -2830,9 +2837,10 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
                 util_fmt_bytes(o->budget_bytes, b1, sizeof b1));
       else
         err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s; the smallest budget the planner can meet is %" PRId64
-                   " bytes (%s)",
+                   " bytes (%s)%s%s%s",
                 g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, m,
-                util_fmt_bytes(m, b2, sizeof b2));
+                util_fmt_bytes(m, b2, sizeof b2), mm_note[0] ? " or less (the least found before " : "",
+                mm_note[0] ? mm_note : "", mm_note[0] ? ")" : "");
       goto out;
     }
   }

@@ -317,6 +317,42 @@ int main(void) {
     plan_free(again);
     plan_free(full);
   }
+  T_CASE("GLPK failing at an infeasible budget: one line, the budget it names is met, and says when it may not be the least") {
+    const char *lead = "smallest budget the planner can meet is ";
+    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .time_limit = 3, .quiet = true};
+    Err e2 = {{0}};
+    Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
+    const char *at = tiny ? strstr(e2.msg, lead) : NULL;
+    T_CHECKF(!tiny || (!p && at), "unlimited: %s", e2.msg);
+    plan_free(p);
+    long long least = at ? atoll(at + strlen(lead)) : 0;
+    int in_mm = 0;
+    for (int mb = 1; least && mb <= 64; mb++) {
+      glp_mem_limit(mb);
+      p = plan_make(tiny, h100, &o, &e2);
+      glp_free_env();
+      T_CHECKF(!p && !strchr(e2.msg, '\n'), "%d MB: %s", mb, p ? "a plan" : e2.msg);
+      plan_free(p);
+      at = strstr(e2.msg, lead);
+      bool failed = strstr(e2.msg, "GLPK failed inside the solve") != NULL;
+      if (!at) { /* no plan at all before the failure: GLPK's reason is the error */
+        T_CHECKF(failed, "%d MB: %s", mb, e2.msg);
+        continue;
+      }
+      long long named = atoll(at + strlen(lead));
+      /* A failed memory-minimizing solve names the least it found, and says so. */
+      T_CHECKF(failed ? named >= least && strstr(e2.msg, " or less (the least found before milp: GLPK failed") : named == least,
+               "%d MB: the least is %lld: %s", mb, least, e2.msg);
+      if (failed && in_mm++ == 0) printf("  %d MB: %s\n", mb, e2.msg);
+      PlanOptions at_named = o;
+      at_named.budget_bytes = named;
+      Plan *q = plan_make(tiny, h100, &at_named, &e2);
+      T_CHECKF(q && q->arena_bytes <= named, "%d MB: at the named %lld: %s", mb, named, q ? "over" : e2.msg);
+      plan_free(q);
+      if (!failed) break;
+    }
+    T_CHECKF(!least || in_mm > 0, "GLPK never failed inside the memory-minimizing solve");
+  }
   graph_free(tiny);
   Graph *big = graph_load("models/gpt2-124m.json", &e);
   T_CASE("gpt2-124m at the midpoint: valid, exact, never behind a baseline") {
