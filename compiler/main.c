@@ -430,6 +430,9 @@ static int cmd_report(int argc, char **argv) {
   Report r;
   if (report_sweep(&r, g, d, &ro, &e)) die(&e);
   if (report_write(&r, out, &e)) die(&e);
+  if (r.min_budget_note[0])
+    fprintf(stderr, "ration: warning: the smallest budget, %" PRId64 " bytes, is the least found before %s\n", r.min_budget,
+            r.min_budget_note);
   for (int i = 0; i < r.npoints * r.nstrategies; i++)
     if (r.cells[i].feasible && r.cells[i].solver.note[0])
       fprintf(stderr, "ration: warning: %s at %" PRId64 " bytes: %s; the plan is the best found before it\n",

@@ -2460,10 +2460,10 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   return 0;
 }
 
-static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
+static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
   Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   int64_t arena = -1;
-  char note[sizeof ((SolverInfo *)0)->note];
+  note[0] = 0;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
   min_memory_plan(g, d, o, GOAL_MEMORY, dec, &arena, note, e);
   free(dec);
@@ -2682,7 +2682,9 @@ out:
   return rc;
 }
 
-int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e) { return min_budget(g, d, o, e); }
+int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
+  return min_budget(g, d, o, note, e);
+}
 
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};

@@ -387,7 +387,9 @@ int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double
  * point off and hold at every integral solution. */
 int plan_ilp_cut_check(const Graph *g, const Device *d, int64_t budget, const Decision *decs, int ndecs, int *ncuts,
                        int *fits, double *cut_off, double *worst, Err *e);
-int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* note (a SolverInfo note's size): GLPK's failure inside the memory-minimizing
+ * solve, when the budget returned is only the least found before it. */
+int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e);
 /* One round of the ilp's pair moves (docs/PLANNING.md 5 step 7) on dec, at
  * the budget, with a relaxation point that takes prefer whole: the best of
  * dec and every pair of tensors moved to prefer's decisions, into out, and
@@ -621,6 +623,7 @@ typedef struct Report {
   int64_t *budgets;
   double *fractions;     /* f of each point in m + f(k - m); negative when budgets were given */
   int64_t min_budget;    /* m: the smallest budget the planner can meet */
+  char min_budget_note[640]; /* GLPK's failure when m is only the least found before it, else empty */
   Plan *keep_all;        /* keep-all with no budget: its step time is the reference */
   int64_t keep_all_bytes;/* k: the budget keep-all needs (its arena; the peak when that is larger) */
   ReportCell *cells;     /* npoints x nstrategies, row-major by point */

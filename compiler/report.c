@@ -42,24 +42,28 @@ static void set_note(ReportCell *c, const Graph *g, const char *msg) {
 }
 
 /* m when the planner gives no number of its own: the smallest arena any of
- * the report's strategies reaches with no budget at all. */
-static int64_t smallest_arena(const Report *r, const PlanOptions *base) {
+ * the report's strategies reaches with no budget at all; note: GLPK's
+ * failure when m is the ilp's and only the least found before it. */
+static int64_t smallest_arena(const Report *r, const PlanOptions *base, char *note) {
   int64_t m = r->keep_all->arena_bytes;
+  note[0] = 0;
   for (int j = 0; j < r->nstrategies; j++) {
     PlanOptions po = *base;
     po.strategy = r->strategies[j];
     po.budget_bytes = INT64_MAX;
     Err e;
+    int64_t b = -1;
+    char ilp_note[sizeof r->min_budget_note] = "";
     /* Without a budget the ilp keeps everything; its smallest is the
      * budget its memory-minimizing solve names. */
     if (!strcmp(po.strategy, "ilp")) {
-      int64_t b = plan_ilp_min_budget(r->g, r->d, &po, &e);
-      if (b > 0 && b < m) m = b;
-      continue;
+      b = plan_ilp_min_budget(r->g, r->d, &po, ilp_note, &e);
+    } else {
+      Plan *p = plan_make(r->g, r->d, &po, &e);
+      if (p) b = p->arena_bytes;
+      plan_free(p);
     }
-    Plan *p = plan_make(r->g, r->d, &po, &e);
-    if (p && p->arena_bytes < m) m = p->arena_bytes;
-    plan_free(p);
+    if (b > 0 && b < m) m = b, memcpy(note, ilp_note, sizeof ilp_note);
   }
   return m;
 }
@@ -118,7 +122,7 @@ int report_sweep(Report *r, const Graph *g, const Device *d, const ReportOptions
   int64_t k = r->keep_all->arena_bytes > r->keep_all->predicted.peak_live_bytes ? r->keep_all->arena_bytes
                                                                                : r->keep_all->predicted.peak_live_bytes;
   r->keep_all_bytes = k;
-  r->min_budget = smallest_arena(r, &base);
+  r->min_budget = smallest_arena(r, &base, r->min_budget_note);
   int64_t m = r->min_budget < k ? r->min_budget : k;
 
   int np = o->budgets ? o->nbudgets : o->npoints > 0 ? o->npoints : 11;

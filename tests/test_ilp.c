@@ -326,8 +326,19 @@ int main(void) {
     T_CHECKF(!tiny || (!p && at), "unlimited: %s", e2.msg);
     plan_free(p);
     long long least = at ? atoll(at + strlen(lead)) : 0;
-    int in_mm = 0;
+    char note[sizeof ((SolverInfo *)0)->note];
+    /* What `ration report` starts its budget points at. */
+    int64_t least_report = tiny ? plan_ilp_min_budget(tiny, h100, &o, note, &e2) : -1;
+    T_CHECKF(!tiny || (least_report > 0 && !note[0]), "unlimited: %s", e2.msg);
+    int in_mm = 0, in_report = 0;
     for (int mb = 1; least && mb <= 64; mb++) {
+      glp_mem_limit(mb);
+      int64_t named_report = plan_ilp_min_budget(tiny, h100, &o, note, &e2);
+      glp_free_env();
+      T_CHECKF(named_report < 0 || (note[0] ? named_report >= least_report : named_report == least_report),
+               "%d MB: the report's smallest budget %lld (unlimited %lld), note \"%s\"", mb, (long long)named_report,
+               (long long)least_report, note);
+      in_report += note[0] != 0;
       glp_mem_limit(mb);
       p = plan_make(tiny, h100, &o, &e2);
       glp_free_env();
@@ -351,7 +362,8 @@ int main(void) {
       plan_free(q);
       if (!failed) break;
     }
-    T_CHECKF(!least || in_mm > 0, "GLPK never failed inside the memory-minimizing solve");
+    T_CHECKF(!least || (in_mm > 0 && in_report > 0), "GLPK never failed inside the memory-minimizing solve: %d, %d", in_mm,
+             in_report);
   }
   graph_free(tiny);
   Graph *big = graph_load("models/gpt2-124m.json", &e);
