@@ -623,7 +623,8 @@ typedef struct Report {
   int64_t *budgets;
   double *fractions;     /* f of each point in m + f(k - m); negative when budgets were given */
   int64_t min_budget;    /* m: the smallest budget the planner can meet */
-  char min_budget_note[640]; /* GLPK's failure when m is only the least found before it, else empty */
+  /* GLPK's failure when m is only the least found before it, else empty */
+  char min_budget_note[sizeof ((SolverInfo *)0)->note];
   Plan *keep_all;        /* keep-all with no budget: its step time is the reference */
   int64_t keep_all_bytes;/* k: the budget keep-all needs (its arena; the peak when that is larger) */
   ReportCell *cells;     /* npoints x nstrategies, row-major by point */

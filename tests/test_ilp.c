@@ -32,6 +32,21 @@ static Plan *make(const Graph *g, const Device *d, const char *name, int64_t bud
   return plan_make(g, d, &o, e);
 }
 
+/* The smallest budget an infeasible-budget error names, 0 if none. */
+static long long named_budget(const char *msg) {
+  const char *lead = "smallest budget the planner can meet is ", *at = strstr(msg, lead);
+  return at ? atoll(at + strlen(lead)) : 0;
+}
+
+/* The ilp at the budget an error named: a plan whose arena fits it. */
+static void check_named_met(const Graph *g, const Device *d, PlanOptions o, long long named, const char *when) {
+  Err e;
+  o.budget_bytes = named;
+  Plan *q = plan_make(g, d, &o, &e);
+  T_CHECKF(q && q->arena_bytes <= named, "%s: at the named budget %lld: %s", when, named, q ? "over" : e.msg);
+  plan_free(q);
+}
+
 /* The smallest arena of any baseline without a budget, and keep-all's. */
 static void range(const Graph *g, const Device *d, int64_t *m, int64_t *k) {
   Err e;
@@ -257,15 +272,11 @@ int main(void) {
     Err e2 = {{0}};
     Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
     T_CHECK(p == NULL);
-    const char *at = strstr(e2.msg, "smallest budget the planner can meet is ");
-    T_CHECKF(at != NULL, "message: %s", e2.msg);
-    if (at) {
-      long long m = atoll(at + strlen("smallest budget the planner can meet is "));
+    long long m = named_budget(e2.msg);
+    T_CHECKF(m > 0, "message: %s", e2.msg);
+    if (m > 0) {
       T_CHECKF(m > (1 << 20), "named %lld", m);
-      o.budget_bytes = m;
-      Plan *q = plan_make(tiny, h100, &o, &e2);
-      T_CHECKF(q && q->arena_bytes <= m, "at the named budget %lld: %s", m, q ? "over" : e2.msg);
-      plan_free(q);
+      check_named_met(tiny, h100, o, m, "unlimited");
     }
     plan_free(p);
   }
@@ -318,14 +329,12 @@ int main(void) {
     plan_free(full);
   }
   T_CASE("GLPK failing at an infeasible budget: one line, the budget it names is met, and says when it may not be the least") {
-    const char *lead = "smallest budget the planner can meet is ";
     PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .time_limit = 3, .quiet = true};
     Err e2 = {{0}};
     Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
-    const char *at = tiny ? strstr(e2.msg, lead) : NULL;
-    T_CHECKF(!tiny || (!p && at), "unlimited: %s", e2.msg);
+    long long least = tiny ? named_budget(e2.msg) : 0;
+    T_CHECKF(!tiny || (!p && least > 0), "unlimited: %s", e2.msg);
     plan_free(p);
-    long long least = at ? atoll(at + strlen(lead)) : 0;
     char note[sizeof ((SolverInfo *)0)->note];
     /* What `ration report` starts its budget points at. */
     int64_t least_report = tiny ? plan_ilp_min_budget(tiny, h100, &o, note, &e2) : -1;
@@ -344,22 +353,19 @@ int main(void) {
       glp_free_env();
       T_CHECKF(!p && !strchr(e2.msg, '\n'), "%d MB: %s", mb, p ? "a plan" : e2.msg);
       plan_free(p);
-      at = strstr(e2.msg, lead);
+      long long named = named_budget(e2.msg);
       bool failed = strstr(e2.msg, "GLPK failed inside the solve") != NULL;
-      if (!at) { /* no plan at all before the failure: GLPK's reason is the error */
+      if (!named) { /* no plan at all before the failure: GLPK's reason is the error */
         T_CHECKF(failed, "%d MB: %s", mb, e2.msg);
         continue;
       }
-      long long named = atoll(at + strlen(lead));
       /* A failed memory-minimizing solve names the least it found, and says so. */
       T_CHECKF(failed ? named >= least && strstr(e2.msg, " or less (the least found before milp: GLPK failed") : named == least,
                "%d MB: the least is %lld: %s", mb, least, e2.msg);
       if (failed && in_mm++ == 0) printf("  %d MB: %s\n", mb, e2.msg);
-      PlanOptions at_named = o;
-      at_named.budget_bytes = named;
-      Plan *q = plan_make(tiny, h100, &at_named, &e2);
-      T_CHECKF(q && q->arena_bytes <= named, "%d MB: at the named %lld: %s", mb, named, q ? "over" : e2.msg);
-      plan_free(q);
+      char when[32];
+      snprintf(when, sizeof when, "%d MB", mb);
+      check_named_met(tiny, h100, o, named, when);
       if (!failed) break;
     }
     T_CHECKF(!least || (in_mm > 0 && in_report > 0), "GLPK never failed inside the memory-minimizing solve: %d, %d", in_mm,
