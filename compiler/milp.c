@@ -148,8 +148,13 @@ static double rel_gap(double inc, double bound) {
 /* ------------------------------------------------------------- GLPK */
 
 #define MILP_CUT_CLASS 101     /* glp_ios_add_row's class of the caller's cuts */
-#define MILP_ROOT_CUT_ROUNDS 50 /* cut rounds at the root, */
-#define MILP_CUT_ROUNDS 3      /* ... and at every other node */
+/* Cut rounds at the root, and none below it: cuts made at a node stay in
+ * its whole subtree, so the LPs grow with depth, each node costs more
+ * pivots and GLPK's basis grows ill-conditioned. With 3 rounds a node, the
+ * proof tree on unet at its smallest budget failed (singular basis,
+ * glp_intopt GLP_EFAIL) 25,400 pivots in, at bound 36,047.1 us; with root
+ * cuts alone the same count ran out at 36,366.6 (docs/PLANNING.md 5). */
+#define MILP_ROOT_CUT_ROUNDS 50
 
 /* The lazy rows' terms, row by row, and which are in P. */
 typedef struct LazyRows {
@@ -205,14 +210,12 @@ typedef struct GlpkCb {
   bool cuts; /* the tree works on the model's own columns (no presolver): the caller's cuts apply */
   long nodes;
   int iterations0; /* the problem's simplex count when the tree began */
-  int cut_node, cut_rounds; /* the node cuts were last asked for, and how often */
+  int cut_rounds; /* at the root so far */
 } GlpkCb;
 
 /* The caller's cuts for the node's LP point, into the tree's local pool. */
 static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
-  int node = glp_ios_curr_node(T);
-  if (node != cb->cut_node) cb->cut_node = node, cb->cut_rounds = 0;
-  if (++cb->cut_rounds > (glp_ios_up_node(T, node) ? MILP_CUT_ROUNDS : MILP_ROOT_CUT_ROUNDS)) return;
+  if (glp_ios_up_node(T, glp_ios_curr_node(T)) || ++cb->cut_rounds > MILP_ROOT_CUT_ROUNDS) return;
   glp_prob *P = glp_ios_get_prob(T);
   const MilpModel *m = cb->m;
   GlpkOwned *w = cb->own;

@@ -41,7 +41,7 @@
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 #define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 #define ILP_PROOF_GAP 0.01   /* a tree that ends above it is followed by one with cuts, */
-#define ILP_PROOF_WORK 2.4e9 /* ... counted like the first (ILP_TREE_WORK) */
+#define ILP_PROOF_WORK 4.8e9 /* ... counted like the first (ILP_TREE_WORK) */
 #define ILP_KICKS 8          /* kicks guided by the relaxation where the plan is still over ILP_PROOF_GAP, */
 #define ILP_KICK_TENSORS 2   /* ... each moving this many tensors, after */
 #define ILP_PAIR_TENSORS 40  /* ... every pair among this many of the relaxation's strongest preferences */

@@ -13,7 +13,8 @@
  * model does not have, which GLPK treats as fatal) is not an abort: the
  * solve ends with MILP_FAILED, GLPK's reason and the bound proven before it
  * (at least the relaxation's, at most the optimum), and GLPK solves again
- * afterwards.
+ * afterwards. The caller's cuts are asked for at the root of the tree
+ * alone.
  */
 #include "ration.h"
 #include "test.h"
@@ -79,6 +80,23 @@ static void bad_cut(void *ctx, const double *x, MilpModel *cuts) {
   int *calls = ctx, col = 1000;
   double val = 1;
   (*calls)++;
+  milp_add_row(cuts, -HUGE_VAL, 1, 1, &col, &val);
+}
+
+/* A caller's cut generator that cuts nothing (x_0 <= 1, a column bound
+ * again) and records how far each point it is asked at is from ref. */
+typedef struct Asked {
+  const double *ref;
+  int ncols, calls;
+  double farthest;
+} Asked;
+
+static void idle_cut(void *ctx, const double *x, MilpModel *cuts) {
+  Asked *a = ctx;
+  int col = 0;
+  double val = 1;
+  a->calls++;
+  for (int c = 0; c < a->ncols; c++) a->farthest = fmax(a->farthest, fabs(x[c] - a->ref[c]));
   milp_add_row(cuts, -HUGE_VAL, 1, 1, &col, &val);
 }
 
@@ -217,6 +235,35 @@ int main(void) {
       free(loose);
     }
     T_CHECKF(stopped_in_rounds > 0, "%d solves stopped in the rounds", stopped_in_rounds);
+  }
+  T_CASE("the caller's cuts are asked for at the root alone, however many nodes the tree needs") {
+    int branched = 0;
+    for (unsigned seed = 1; seed <= 20; seed++) {
+      MilpModel m;
+      double *loose;
+      build(&m, seed, 0.35, &loose, 0.9);
+      MilpResult best, lp, r;
+      T_CHECK(solve(&m, false, false, NULL, 0, &best) == 0 && solve(&m, false, true, NULL, 0, &lp) == 0);
+      Asked a = {.ref = lp.lp_x, .ncols = m.ncols};
+      /* A first tree stopped at once leaves a gap, so the tree with the
+       * caller's cuts runs, and to the optimum. */
+      MilpOptions o = {.solver = "glpk", .quiet = true, .tree_iterations = 1, .proof_gap = 1e-9, .proof_iterations = 1000000,
+                       .separate = idle_cut, .separate_ctx = &a};
+      Err e = {0};
+      T_CHECK(milp_solve(&m, &o, &r, &e) == 0);
+      if (best.status == MILP_OPTIMAL && lp.bound < best.objective - 1e-6 * fmax(1, best.objective)) {
+        /* The root's bound is below the optimum and the cuts cut nothing:
+         * the tree had to branch, and no node below the root was asked. */
+        branched += a.calls > 0;
+        T_CHECKF(r.status != MILP_FAILED && same(r.objective, best.objective), "seed %u: status %d, %.9g against %.9g", seed,
+                 r.status, r.objective, best.objective);
+        T_CHECKF(a.farthest < 1e-7, "seed %u: asked %d times, at a point %.3g from the root's", seed, a.calls, a.farthest);
+      }
+      milp_result_free(&best), milp_result_free(&lp), milp_result_free(&r);
+      milp_model_free(&m);
+      free(loose);
+    }
+    T_CHECKF(branched > 0, "no tree with cuts had to branch");
   }
   T_CASE("a failure inside GLPK ends the solve with its reason and the bound so far, and GLPK solves again after it") {
     int calls = 0, failed = 0;
