@@ -276,6 +276,12 @@ static void glpk_callback(glp_tree *T, void *info) {
     glp_ios_terminate(T);
     return;
   }
+  /* ... so it takes the node of the least bound next: GLPK would go on
+   * with a child of the node just branched on (a dive), which raises the
+   * tree's bound only once the dive ends. Measured alone at unet f = 0
+   * with the 24x count: bound 36,757.7 us diving, 36,935.1 this way, in
+   * 36.1 and 34.6 s. */
+  if (reason == GLP_ISELECT && cb->cuts && best) glp_ios_select_node(T, best);
   double t = now() - cb->t0;
   if (cb->whole && !cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
     cb->last_print = t;
