@@ -213,7 +213,7 @@ typedef struct GlpkCb {
   int cut_rounds; /* at the root so far */
 } GlpkCb;
 
-/* The caller's cuts for the node's LP point, into the tree's local pool. */
+/* The caller's cuts for the root's LP point, into the tree's local pool. */
 static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
   if (glp_ios_up_node(T, glp_ios_curr_node(T)) || ++cb->cut_rounds > MILP_ROOT_CUT_ROUNDS) return;
   glp_prob *P = glp_ios_get_prob(T);

@@ -74,30 +74,22 @@ static int solve(const MilpModel *m, bool lazy, bool lp_only, const double *loos
 
 static bool same(double a, double b) { return fabs(a - b) <= 1e-7 * fmax(1, fabs(b)); }
 
-/* A caller's cut generator with a bug: a row over a column past the model's. */
-static void bad_cut(void *ctx, const double *x, MilpModel *cuts) {
-  (void)x;
-  int *calls = ctx, col = 1000;
-  double val = 1;
-  (*calls)++;
-  milp_add_row(cuts, -HUGE_VAL, 1, 1, &col, &val);
-}
-
-/* A caller's cut generator that cuts nothing (x_0 <= 1, a column bound
- * again) and records how far each point it is asked at is from ref. */
-typedef struct Asked {
+/* A caller's cut generator that adds x_col <= 1 each time it is asked:
+ * over a column of the model, a cut that cuts nothing (the column's bound
+ * again); over one past the model's, a bug GLPK treats as fatal. It counts
+ * the calls and, given ref, how far the farthest point asked at is from it. */
+typedef struct Probe {
+  int col, ncols, calls;
   const double *ref;
-  int ncols, calls;
   double farthest;
-} Asked;
+} Probe;
 
-static void idle_cut(void *ctx, const double *x, MilpModel *cuts) {
-  Asked *a = ctx;
-  int col = 0;
+static void probe_cut(void *ctx, const double *x, MilpModel *cuts) {
+  Probe *a = ctx;
   double val = 1;
   a->calls++;
-  for (int c = 0; c < a->ncols; c++) a->farthest = fmax(a->farthest, fabs(x[c] - a->ref[c]));
-  milp_add_row(cuts, -HUGE_VAL, 1, 1, &col, &val);
+  for (int c = 0; a->ref && c < a->ncols; c++) a->farthest = fmax(a->farthest, fabs(x[c] - a->ref[c]));
+  milp_add_row(cuts, -HUGE_VAL, 1, 1, &a->col, &val);
 }
 
 /* The model without its lazy rows: their positions' M_p columns left free. */
@@ -244,11 +236,11 @@ int main(void) {
       build(&m, seed, 0.35, &loose, 0.9);
       MilpResult best, lp, r;
       T_CHECK(solve(&m, false, false, NULL, 0, &best) == 0 && solve(&m, false, true, NULL, 0, &lp) == 0);
-      Asked a = {.ref = lp.lp_x, .ncols = m.ncols};
+      Probe a = {.col = 0, .ncols = m.ncols, .ref = lp.lp_x};
       /* A first tree stopped at once leaves a gap, so the tree with the
        * caller's cuts runs, and to the optimum. */
       MilpOptions o = {.solver = "glpk", .quiet = true, .tree_iterations = 1, .proof_gap = 1e-9, .proof_iterations = 1000000,
-                       .separate = idle_cut, .separate_ctx = &a};
+                       .separate = probe_cut, .separate_ctx = &a};
       Err e = {0};
       T_CHECK(milp_solve(&m, &o, &r, &e) == 0);
       if (best.status == MILP_OPTIMAL && lp.bound < best.objective - 1e-6 * fmax(1, best.objective)) {
@@ -266,7 +258,8 @@ int main(void) {
     T_CHECKF(branched > 0, "no tree with cuts had to branch");
   }
   T_CASE("a failure inside GLPK ends the solve with its reason and the bound so far, and GLPK solves again after it") {
-    int calls = 0, failed = 0;
+    Probe bad = {.col = 1000};
+    int failed = 0;
     for (unsigned seed = 1; seed <= 20; seed++) {
       MilpModel m;
       double *loose;
@@ -277,10 +270,10 @@ int main(void) {
       /* A first tree stopped at once leaves a gap, so the tree with the
        * caller's cuts runs. */
       MilpOptions o = {.solver = "glpk", .quiet = true, .tree_iterations = 1, .proof_gap = 1e-9, .proof_iterations = 1000,
-                       .separate = bad_cut, .separate_ctx = &calls};
+                       .separate = probe_cut, .separate_ctx = &bad};
       Err e = {0};
-      int calls0 = calls, rc = milp_solve(&m, &o, &r, &e);
-      if (calls > calls0) {
+      int calls0 = bad.calls, rc = milp_solve(&m, &o, &r, &e);
+      if (bad.calls > calls0) {
         failed++;
         T_CHECKF(rc == 0 && r.status == MILP_FAILED && strstr(r.failure, "GLPK failed") && strstr(r.failure, "out of range") &&
                      !strchr(r.failure, '\n'),
