@@ -41,7 +41,7 @@
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 #define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 #define ILP_PROOF_GAP 0.01   /* a tree that ends above it is followed by one with cuts, */
-#define ILP_PROOF_WORK 4.8e9 /* ... counted like the first (ILP_TREE_WORK) */
+#define ILP_PROOF_WORK 8e9   /* ... counted like the first (ILP_TREE_WORK) */
 #define ILP_KICKS 8          /* kicks guided by the relaxation where the plan is still over ILP_PROOF_GAP, */
 #define ILP_KICK_TENSORS 2   /* ... each moving this many tensors, after */
 #define ILP_PAIR_TENSORS 40  /* ... every pair among this many of the relaxation's strongest preferences */
@@ -2100,6 +2100,7 @@ typedef struct Polish {
   Candidate c;
   bool exchanged; /* a candidate went through the exchanges */
   Pool *pool;
+  Candidate searched; /* what search_x ended at, when ok */
 } Polish;
 
 /* Decisions rounded from a fractional point whose peak is over the limit:
@@ -2247,6 +2248,26 @@ static void kick(const Ilp *md, Candidate *best, const double *point, double bou
   free(kicked), free(polished), free(doubted);
 }
 
+/* MilpOptions.search: the pair moves and kicks around the incumbent
+ * before the proof tree, so that it proves the gap of the better plan. */
+static bool search_x(void *ctx, double *cols, const double *point, double bound) {
+  Polish *p = ctx;
+  Candidate *c = &p->searched;
+  Decision *dec = util_xcalloc((size_t)p->md->g->ntensors + 1, sizeof(Decision));
+  if (!dec) return false;
+  decisions_from_x(p->md, cols, dec);
+  c->ok = false;
+  consider(p->md, c, dec, p->limit, p->x);
+  free(dec);
+  if (!c->ok) return false;
+  double before = c->objective;
+  kick(p->md, c, point, bound, p->limit, p->x, seconds_now() + p->seconds, p->evals);
+  int64_t pk;
+  if (c->objective >= before - 1e-9) return false;
+  pool_add(p->pool, p->md->g, c);
+  return ilp_eval(p->md, c->dec, cols, &pk) == 0;
+}
+
 static bool polish_x(void *ctx, double *cols) {
   Polish *p = ctx;
   Decision *dec = util_xcalloc((size_t)p->md->g->ntensors + 1, sizeof(Decision));
@@ -2303,7 +2324,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   Ilp md;
   int rc = -1;
   double *x = NULL, *loose = NULL;
-  Decision *tmp = NULL;
+  Decision *tmp = NULL, *searched = NULL;
   if (ilp_build(&md, g, d, limit, goal & GOAL_MEMORY, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
@@ -2314,7 +2335,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   remove_dominated(&md);
   x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
-  if (!x || !tmp) {
+  searched = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  if (!x || !tmp || !searched) {
     err_set(e, "%s: out of memory", g->path);
     goto out;
   }
@@ -2360,7 +2382,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = objective_of(&md, md.m.start);
   }
-  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .seconds = budget_s / 4, .c = {.dec = tmp}};
+  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .seconds = budget_s / 4, .c = {.dec = tmp},
+                .searched = {.dec = searched}};
   /* The largest models (no tree): where only plans that offload fit, the
    * relaxation is warm-started from a looser one (loose_bounds) and no
    * neighbourhood follows, as its own LP is as tight (llama3-8b at its
@@ -2382,7 +2405,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .skip_tree = no_tree, .loose_ub = loose,
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))) : 0,
-                    .polish = polish_x, .polish_ctx = &pol,
+                    .polish = polish_x, .polish_ctx = &pol, .search = search_x,
                     .separate = separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
   MilpResult r;
@@ -2412,7 +2435,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   /* The solver's candidates went through the exchanges in the hook; the
    * starts alone (no LP point) did not. */
   improve(&md, best, limit, x, budget_s / 4, pol.exchanged ? evals : xevals, !pol.exchanged);
-  if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE)
+  /* Not again where the plan is the one the search before the proof tree
+   * ended at. */
+  bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
+  if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
     kick(&md, best, r.lp_x, r.bound, limit, x, fmin(deadline, seconds_now() + budget_s / 4), xevals);
   bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
@@ -2432,7 +2458,7 @@ out:
   for (int i = 0; i < nst; i++) free(st[i]);
   free(x);
   free(loose);
-  free(tmp);
+  free(tmp), free(searched);
   ilp_free(&md);
   return rc;
 }

@@ -483,6 +483,11 @@ typedef struct MilpOptions {
   void *separate_ctx;
   double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
+  /* Before that tree: makes x (a solution, all ncols values) a better one
+   * in place by the caller's own search around it, guided by lp_x (the
+   * relaxation's point) and bound; false when it found none. The tree then
+   * has less to prove. NULL: none. Called with polish_ctx. */
+  bool (*search)(void *ctx, double *x, const double *lp_x, double bound);
 } MilpOptions;
 
 /* MILP_FAILED (GLPK, not lp_only): the solver failed inside; bound is what

@@ -92,6 +92,56 @@ static void probe_cut(void *ctx, const double *x, MilpModel *cuts) {
   milp_add_row(cuts, -HUGE_VAL, 1, 1, &a->col, &val);
 }
 
+/* A stall column, like the planner's: the freed tensors' copy time over a
+ * capacity is waited for, at a cost. */
+static void add_stall(MilpModel *m, unsigned seed) {
+  int cols[NT + 1], n = 0;
+  double vals[NT + 1], total = 0;
+  srand(seed * 7919);
+  int s = milp_add_col(m, 0, HUGE_VAL, 3, false);
+  cols[n] = s, vals[n++] = 1;
+  for (int t = 0; t < NT; t++) {
+    double w = 1 + rand() % 20;
+    cols[n] = t, vals[n++] = -w, total += w;
+  }
+  milp_add_row(m, -0.3 * total, HUGE_VAL, n, cols, vals); /* s >= sum w_t x_t - 0.3 total */
+}
+
+/* The continuous columns of x from its binaries: each row holds one,
+ * with coefficient 1, at the least its row and bound allow. */
+static void complete(const MilpModel *m, double *x) {
+  for (int r = 0; r < m->nrows; r++) {
+    double sum = 0;
+    int own = -1;
+    for (int k = 0; k < m->nnz; k++)
+      if (m->nz_row[k] == r) {
+        if (m->col_int[m->nz_col[k]]) sum += m->nz_val[k] * x[m->nz_col[k]];
+        else own = m->nz_col[k];
+      }
+    x[own] = fmax(m->col_lb[own], m->row_lb[r] - sum);
+  }
+}
+
+static double objective(const MilpModel *m, const double *x) {
+  double v = m->obj_offset;
+  for (int c = 0; c < m->ncols; c++) v += m->obj[c] * x[c];
+  return v;
+}
+
+/* MilpOptions.search that hands back a given solution, counting calls. */
+typedef struct Searcher {
+  const double *to;
+  int ncols, calls;
+} Searcher;
+
+static bool search_to(void *ctx, double *x, const double *lp_x, double bound) {
+  Searcher *s = ctx;
+  (void)lp_x, (void)bound;
+  s->calls++;
+  memcpy(x, s->to, (size_t)s->ncols * sizeof(double));
+  return true;
+}
+
 /* The model without its lazy rows: their positions' M_p columns left free. */
 static void drop_lazy(const MilpModel *m, MilpModel *out, double *row_lb, double *row_ub) {
   *out = *m;
@@ -292,6 +342,57 @@ int main(void) {
       free(loose);
     }
     T_CHECKF(failed > 0, "the cut generator never ran");
+  }
+  T_CASE("the proof tree proves its gap of the incumbent and returns a real solution, never its stand-in at the target") {
+    int proved = 0, found = 0;
+    for (unsigned seed = 1; seed <= 30; seed++) {
+      MilpModel m;
+      double *loose;
+      build(&m, seed, 0.35, &loose, 0.9);
+      add_stall(&m, seed);
+      m.obj_offset = 200; /* the planner's constant compute, outside GLPK's objective */
+      MilpResult best, lp;
+      T_CHECK(solve(&m, false, false, NULL, 0, &best) == 0 && best.status == MILP_OPTIMAL);
+      T_CHECK(solve(&m, false, true, NULL, 0, &lp) == 0);
+      const double gap = 0.02, tol = 1e-7 * fmax(1, best.objective);
+      /* Incumbents: everything freed (far above the optimum, which the
+       * tree must then find below the target); the optimum with 0.5% more
+       * stall (the optimum is above the target: only the proof is left,
+       * and the tree ends out of nodes); and for the caller's search, which
+       * hands back the optimum, everything freed again. */
+      double *all = calloc((size_t)m.ncols + 1, sizeof(double)), *near = calloc((size_t)m.ncols + 1, sizeof(double));
+      for (int t = 0; t < NT; t++) all[t] = 1;
+      complete(&m, all);
+      memcpy(near, best.x, (size_t)m.ncols * sizeof(double));
+      near[m.ncols - 1] += 0.005 * best.objective / m.obj[m.ncols - 1];
+      for (int k = 0; k < 3; k++) {
+        Searcher sr = {.to = best.x, .ncols = m.ncols};
+        Probe idle = {.col = 0};
+        m.start = k == 1 ? near : all;
+        MilpOptions o = {.solver = "glpk", .quiet = true, .tree_iterations = 1, .proof_gap = gap, .proof_iterations = 1000000,
+                         .separate = probe_cut, .separate_ctx = &idle, .search = k == 2 ? search_to : NULL, .polish_ctx = &sr};
+        MilpResult r;
+        Err e = {0};
+        T_CHECK(milp_solve(&m, &o, &r, &e) == 0 && r.status == MILP_FEASIBLE);
+        T_CHECKF(milp_violation(&m, r.x) <= 1e-6 && fabs(objective(&m, r.x) - r.objective) <= tol,
+                 "seed %u k %d: the solution is %.3g off its rows, objective %.9g, reported %.9g", seed, k,
+                 milp_violation(&m, r.x), objective(&m, r.x), r.objective);
+        T_CHECKF(r.bound <= best.objective + tol && r.objective - r.bound <= gap * r.objective + tol,
+                 "seed %u k %d: %.9g, bound %.9g, optimum %.9g", seed, k, r.objective, r.bound, best.objective);
+        if (k == 0) found += r.objective < objective(&m, all) * (1 - gap);
+        if (k == 1) proved += lp.bound < objective(&m, near) * (1 - gap) - tol;
+        if (k == 2)
+          T_CHECKF(sr.calls == 1 && fabs(r.objective - best.objective) <= tol, "seed %u: searched %d times, %.9g, optimum %.9g",
+                   seed, sr.calls, r.objective, best.objective);
+        milp_result_free(&r);
+      }
+      m.start = NULL;
+      free(all), free(near);
+      milp_result_free(&best), milp_result_free(&lp);
+      milp_model_free(&m);
+      free(loose);
+    }
+    T_CHECKF(proved > 0 && found > 0, "proved %d, found %d", proved, found);
   }
   T_DONE();
 }
