@@ -14,7 +14,9 @@
  * solve ends with MILP_FAILED, GLPK's reason and the bound proven before it
  * (at least the relaxation's, at most the optimum), and GLPK solves again
  * afterwards. The caller's cuts are asked for at the root of the tree
- * alone.
+ * alone. And the proof tree, whose incumbent in GLPK is a stand-in at its
+ * target, returns a real solution (never the stand-in) within its proof
+ * gap of a bound at most the optimum, after the caller's search.
  */
 #include "ration.h"
 #include "test.h"
