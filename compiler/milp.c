@@ -26,6 +26,7 @@
 
 #include <coin/Cbc_C_Interface.h>
 #include <glpk.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -187,6 +188,8 @@ typedef struct GlpkOwned {
   int *row_stat, *col_stat;
   double *heur_x;                 /* the callback's start for the tree */
   double *cut_x, *cut_val;        /* ... and its cut rounds */
+  double *rho, *alfa, *tab_val, *row_val; /* glpk_branch's */
+  int *tab_ind, *row_ind;
   int *cut_ind;
   MilpModel cuts;
 } GlpkOwned;
@@ -195,6 +198,7 @@ static void owned_free(GlpkOwned *w) {
   lazy_free(&w->lazy);
   free(w->ia), free(w->ja), free(w->ar), free(w->sub), free(w->nb), free(w->target_x), free(w->row_stat), free(w->col_stat);
   free(w->heur_x), free(w->cut_x), free(w->cut_val), free(w->cut_ind);
+  free(w->rho), free(w->alfa), free(w->tab_val), free(w->row_val), free(w->tab_ind), free(w->row_ind);
   milp_model_free(&w->cuts);
 }
 
@@ -243,6 +247,76 @@ static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
   w->cut_x = w->cut_val = NULL, w->cut_ind = NULL;
 }
 
+/* Driebeck-Tomlin branching, as GLPK's own (GLP_BR_DTH): for every
+ * fractional column, the objective's change in one dual simplex step
+ * toward each branch, from its row of the simplex tableau; the column
+ * whose larger change is largest, its branch of the smaller change next;
+ * when no change reaches 1e-6 (1 + 0.001 |z|) the choice is left to GLPK,
+ * which then takes the most fractional column. GLPK computes each tableau
+ * row with glp_eval_tab_row, which reads
+ * every non-basic column of the matrix: 22% of unet f = 0's run. Here the
+ * row is summed over the rows where B^-T e_p is not zero. Measured at
+ * unet f = 0 (both beside another job): the same tree (56,526 simplex
+ * iterations either way) in 57.8 s instead of 71.3. Leaves the choice to
+ * GLPK when out of memory. */
+static void glpk_branch(glp_tree *T, GlpkOwned *w) {
+  glp_prob *P = glp_ios_get_prob(T);
+  int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
+  double *rho = w->rho = util_xcalloc((size_t)m + 1, sizeof(double));
+  double *alfa = w->alfa = util_xcalloc((size_t)n + 1, sizeof(double));
+  int *ind = w->tab_ind = util_xcalloc((size_t)m + n + 1, sizeof(int));
+  double *val = w->tab_val = util_xcalloc((size_t)m + n + 1, sizeof(double));
+  int *row_ind = w->row_ind = util_xcalloc((size_t)n + 1, sizeof(int));
+  double *row_val = w->row_val = util_xcalloc((size_t)n + 1, sizeof(double));
+  int chosen = 0, next = GLP_NO_BRNCH;
+  double degrad = -1;
+  for (int j = 1; rho && alfa && ind && val && row_ind && row_val && j <= n; j++) {
+    if (!glp_ios_can_branch(T, j)) continue;
+    double x = glp_get_col_prim(P, j);
+    memset(rho, 0, ((size_t)m + 1) * sizeof(double));
+    rho[glp_get_col_bind(P, j)] = 1;
+    glp_btran(P, rho);
+    memset(alfa, 0, ((size_t)n + 1) * sizeof(double));
+    for (int i = 1; i <= m; i++) {
+      if (rho[i] == 0) continue;
+      int len = glp_get_mat_row(P, i, row_ind, row_val);
+      for (int t = 1; t <= len; t++) alfa[row_ind[t]] += rho[i] * row_val[t];
+    }
+    int len = 0;
+    for (int k = 1; k <= m; k++)
+      if (glp_get_row_stat(P, k) != GLP_BS && rho[k] != 0) len++, ind[len] = k, val[len] = -rho[k];
+    for (int k = 1; k <= n; k++)
+      if (glp_get_col_stat(P, k) != GLP_BS && alfa[k] != 0) len++, ind[len] = m + k, val[len] = alfa[k];
+    double dz[2]; /* down, up */
+    for (int up = 0; up < 2; up++) {
+      int q = glp_dual_rtest(P, len, ind, val, up ? 1 : -1, 1e-9);
+      if (!q) {
+        dz[up] = DBL_MAX; /* that branch has no feasible point */
+        continue;
+      }
+      int k = ind[q];
+      double step = ((up ? ceil(x) : floor(x)) - x) / val[q];
+      /* An integer column entering moves by a whole step (Tomlin). */
+      if (k > m && glp_get_col_kind(P, k - m) != GLP_CV && fabs(step - floor(step + 0.5)) > 1e-3)
+        step = step > 0 ? ceil(step) : floor(step);
+      int stat = k <= m ? glp_get_row_stat(P, k) : glp_get_col_stat(P, k - m);
+      double d = k <= m ? glp_get_row_dual(P, k) : glp_get_col_dual(P, k - m);
+      /* Round-off in a degenerate basis: no reduced cost of the wrong sign. */
+      if ((stat == GLP_NL && d < 0) || (stat == GLP_NU && d > 0) || stat == GLP_NF) d = 0;
+      dz[up] = d * step;
+    }
+    if (degrad < fabs(dz[0]) || degrad < fabs(dz[1])) {
+      chosen = j;
+      next = fabs(dz[0]) < fabs(dz[1]) ? GLP_DN_BRNCH : GLP_UP_BRNCH;
+      degrad = fmax(fabs(dz[0]), fabs(dz[1]));
+      if (degrad == DBL_MAX) break;
+    }
+  }
+  if (chosen && degrad >= 1e-6 * (1 + 0.001 * fabs(glp_get_obj_val(P)))) glp_ios_branch_upon(T, chosen, next);
+  free(rho), free(alfa), free(ind), free(val), free(row_ind), free(row_val);
+  w->rho = w->alfa = w->tab_val = w->row_val = NULL, w->tab_ind = w->row_ind = NULL;
+}
+
 static void glpk_callback(glp_tree *T, void *info) {
   GlpkCb *cb = info;
   int reason = glp_ios_reason(T);
@@ -257,6 +331,7 @@ static void glpk_callback(glp_tree *T, void *info) {
     }
   }
   if (reason == GLP_ICUTGEN && cb->cuts && cb->o->separate) glpk_add_cuts(T, cb);
+  if (reason == GLP_IBRANCH) glpk_branch(T, cb->own);
   bool over_iterations =
       cb->iteration_limit > 0 && glp_get_it_cnt(glp_ios_get_prob(T)) - cb->iterations0 > cb->iteration_limit;
   if (reason == GLP_ISELECT && ((cb->node_limit > 0 && ++cb->nodes > cb->node_limit) || over_iterations)) {
