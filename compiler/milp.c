@@ -255,10 +255,11 @@ static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
  * which then takes the most fractional column. GLPK computes each tableau
  * row with glp_eval_tab_row, which reads
  * every non-basic column of the matrix: 22% of unet f = 0's run. Here the
- * row is summed over the rows where B^-T e_p is not zero. Measured at
- * unet f = 0 (both beside another job): the same tree (56,526 simplex
- * iterations either way) in 57.8 s instead of 71.3. Leaves the choice to
- * GLPK when out of memory. */
+ * row is summed over the rows where B^-T e_p is not zero. Measured side
+ * by side: the same trees, unet f = 0 in 38.0 s instead of 45.3 (56,526
+ * simplex iterations in its proof tree either way), gpt2-tiny f = 0.1 in
+ * 8.4 instead of 12.4 (bench/RESULTS.md). Leaves the choice to GLPK when
+ * out of memory. */
 static void glpk_branch(glp_tree *T, GlpkOwned *w) {
   glp_prob *P = glp_ios_get_prob(T);
   int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
