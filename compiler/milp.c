@@ -385,9 +385,10 @@ static void glpk_callback(glp_tree *T, void *info) {
  * stand-in: the incumbent with one continuous column of the objective
  * moved until its objective is just above the target (GLPK checks a
  * heuristic solution's integrality, not its rows). At unet f = 0 the tree
- * proved 1% in 393 nodes (56,928 iterations); with the incumbent, 24x
- * left it 2.07% short and 96x needed about 900 nodes (docs/PLANNING.md 5
- * step 6). Writes the stand-in to x (ncols values) and returns the target
+ * proves 1% in about 400 nodes (56,526 simplex iterations); with the plan
+ * as GLPK's incumbent, the same bound took about 945 nodes and 114,000
+ * iterations (docs/PLANNING.md 5 step 6). Writes the stand-in to x (ncols
+ * values) and returns the target
  * (the whole objective), or HUGE_VAL when no continuous column has a
  * cost. */
 static double glpk_target(const MilpModel *m, const double *start, double start_obj, double gap, double tol_obj,
