@@ -391,7 +391,7 @@ static void glpk_callback(glp_tree *T, void *info) {
  * stand-in: the incumbent with one continuous column of the objective
  * moved until its objective is just above the target (GLPK checks a
  * heuristic solution's integrality, not its rows). At unet f = 0 the tree
- * proves 1% in about 400 nodes (56,526 simplex iterations); with the plan
+ * proves 1% in under 400 nodes (55,530 simplex iterations); with the plan
  * as GLPK's incumbent, the same bound took about 945 nodes and 114,000
  * iterations (docs/PLANNING.md 5 step 6). Writes the stand-in to x (ncols
  * values) and returns the target
