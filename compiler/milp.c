@@ -135,7 +135,7 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double obj_of(const MilpModel *m, const double *x) {
+double milp_objective(const MilpModel *m, const double *x) {
   double v = m->obj_offset;
   for (int c = 0; c < m->ncols; c++) v += m->obj[c] * x[c];
   return v;
@@ -394,9 +394,8 @@ static void glpk_callback(glp_tree *T, void *info) {
  * proves 1% in under 400 nodes (55,530 simplex iterations); with the plan
  * as GLPK's incumbent, the same bound took about 945 nodes and 114,000
  * iterations (docs/PLANNING.md 5 step 6). Writes the stand-in to x (ncols
- * values) and returns the target
- * (the whole objective), or HUGE_VAL when no continuous column has a
- * cost. */
+ * values) and returns the target (the whole objective), or HUGE_VAL when
+ * no continuous column has a cost. */
 static double glpk_target(const MilpModel *m, const double *start, double start_obj, double gap, double tol_obj,
                           double *x) {
   int col = -1;
@@ -692,7 +691,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     return err_set(e, "milp: out of memory");
   }
   const double *start = m->start;
-  double start_obj = m->start ? obj_of(m, m->start) : HUGE_VAL;
+  double start_obj = m->start ? milp_objective(m, m->start) : HUGE_VAL;
   /* Every candidate is judged by the caller's polish (its own exact
    * evaluation: the rows' least stalls can be below the queues' own). First
    * the LP's point, rounded and repaired: where that is within the good gap
@@ -718,9 +717,9 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
       long nodes = pass && o->neighbourhood_nodes ? (o->neighbourhood_nodes + 3) / 4 : o->neighbourhood_nodes;
       found = glpk_neighbourhood(P, m, o, pass ? sub : NULL, nodes, t0, w, nb);
     }
-    if (found && (!o->polish || o->polish(o->polish_ctx, nb)) && obj_of(m, nb) < start_obj && milp_violation(m, nb) <= 1e-6) {
+    if (found && (!o->polish || o->polish(o->polish_ctx, nb)) && milp_objective(m, nb) < start_obj && milp_violation(m, nb) <= 1e-6) {
       memcpy(sub, nb, (size_t)m->ncols * sizeof(double));
-      start = sub, start_obj = obj_of(m, sub);
+      start = sub, start_obj = milp_objective(m, sub);
     }
   }
   if (start && !o->quiet && now() - t0 > 1)
@@ -762,10 +761,12 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
       if (o->search && start) {
         if (start != sub) memcpy(sub, start, (size_t)m->ncols * sizeof(double)), start = sub;
         memcpy(nb, sub, (size_t)m->ncols * sizeof(double));
-        if (o->search(o->polish_ctx, nb, r->lp_x, r->bound) && obj_of(m, nb) < start_obj && milp_violation(m, nb) <= 1e-6) {
+        double found;
+        if (o->search(o->polish_ctx, nb, r->lp_x, r->bound) && (found = milp_objective(m, nb)) < start_obj &&
+            milp_violation(m, nb) <= 1e-6) {
           memcpy(sub, nb, (size_t)m->ncols * sizeof(double));
           memcpy(r->x, nb, (size_t)m->ncols * sizeof(double));
-          r->objective = start_obj = obj_of(m, sub);
+          r->objective = start_obj = found;
           r->status = MILP_FEASIBLE;
           if (rel_gap(start_obj, r->bound) <= o->proof_gap) break;
         }
@@ -815,7 +816,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
       for (int c = 0; c < m->ncols; c++) nb[c] = glp_mip_col_val(P, c + 1);
       double obj = glp_mip_obj_val(P) + m->obj_offset;
       /* Judged like every other candidate, by the caller's evaluation. */
-      if (o->polish && o->polish(o->polish_ctx, nb)) obj = obj_of(m, nb);
+      if (o->polish && o->polish(o->polish_ctx, nb)) obj = milp_objective(m, nb);
       memcpy(r->x, nb, (size_t)m->ncols * sizeof(double));
       r->objective = obj;
       if (rc == 0 && st == GLP_OPT) {
@@ -966,7 +967,7 @@ static int cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Er
     r->status = MILP_INFEASIBLE;
   } else if (has) {
     memcpy(r->x, x, (size_t)m->ncols * sizeof(double));
-    r->objective = obj_of(m, r->x);
+    r->objective = milp_objective(m, r->x);
     r->bound = o->lp_only ? r->objective : fmin(bound, r->objective);
     r->status = Cbc_isProvenOptimal(model) ? (o->lp_only ? MILP_FEASIBLE : MILP_OPTIMAL)
                 : Cbc_isSecondsLimitReached(model) ? MILP_TIME_LIMIT : MILP_FEASIBLE;

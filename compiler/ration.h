@@ -511,6 +511,8 @@ int milp_add_term(MilpModel *m, int row, int col, double val);
 void milp_model_free(MilpModel *m);
 /* Largest bound or row violation of x, relative to the row's bounds. */
 double milp_violation(const MilpModel *m, const double *x);
+/* obj . x + obj_offset. */
+double milp_objective(const MilpModel *m, const double *x);
 /* 0 with r filled (any status), -1 with e set on an internal failure. */
 int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e);
 void milp_result_free(MilpResult *r);

@@ -124,12 +124,6 @@ static void complete(const MilpModel *m, double *x) {
   }
 }
 
-static double objective(const MilpModel *m, const double *x) {
-  double v = m->obj_offset;
-  for (int c = 0; c < m->ncols; c++) v += m->obj[c] * x[c];
-  return v;
-}
-
 /* MilpOptions.search that hands back a given solution, counting calls. */
 typedef struct Searcher {
   const double *to;
@@ -376,13 +370,13 @@ int main(void) {
         MilpResult r;
         Err e = {0};
         T_CHECK(milp_solve(&m, &o, &r, &e) == 0 && r.status == MILP_FEASIBLE);
-        T_CHECKF(milp_violation(&m, r.x) <= 1e-6 && fabs(objective(&m, r.x) - r.objective) <= tol,
+        T_CHECKF(milp_violation(&m, r.x) <= 1e-6 && fabs(milp_objective(&m, r.x) - r.objective) <= tol,
                  "seed %u k %d: the solution is %.3g off its rows, objective %.9g, reported %.9g", seed, k,
-                 milp_violation(&m, r.x), objective(&m, r.x), r.objective);
+                 milp_violation(&m, r.x), milp_objective(&m, r.x), r.objective);
         T_CHECKF(r.bound <= best.objective + tol && r.objective - r.bound <= gap * r.objective + tol,
                  "seed %u k %d: %.9g, bound %.9g, optimum %.9g", seed, k, r.objective, r.bound, best.objective);
-        if (k == 0) found += r.objective < objective(&m, all) * (1 - gap);
-        if (k == 1) proved += lp.bound < objective(&m, near) * (1 - gap) - tol;
+        if (k == 0) found += r.objective < milp_objective(&m, all) * (1 - gap);
+        if (k == 1) proved += lp.bound < milp_objective(&m, near) * (1 - gap) - tol;
         if (k == 2)
           T_CHECKF(sr.calls == 1 && fabs(r.objective - best.objective) <= tol, "seed %u: searched %d times, %.9g, optimum %.9g",
                    seed, sr.calls, r.objective, best.objective);
