@@ -39,7 +39,7 @@ TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBCOMPILER := $(BUILD)/libration-compiler.a
 LIBRATION := $(BUILD)/libration.a
 
-.PHONY: all deps browser-deps run test clean fuzz
+.PHONY: all deps browser-deps run test clean fuzz gpu-prep gpu-check
 all: $(BIN) $(LIBRATION)
 
 deps: $(DEPS_STAMP)
@@ -122,6 +122,15 @@ fuzz: $(FUZZ_BINS)
 
 run: $(BIN) $(LIBRATION)
 	@BUILD=$(BUILD) sh examples/run.sh
+
+# The CUDA backend on a GPU (gpu/README.md): gpu-prep plans every schedule
+# here, where GLPK is, into build/gpu/; gpu-check builds with nvcc and gcc
+# alone on the GPU machine, checks and measures, and writes its logs to OUT.
+OUT ?= build/gpu-out
+gpu-prep: $(BIN) $(LIBRATION)
+	@BUILD=$(BUILD) RATION=$(BIN) NVCC="$(NVCC)" sh gpu/prep.sh
+gpu-check:
+	@OUT=$(OUT) bash gpu/check.sh
 
 clean:
 	rm -rf build bin
