@@ -624,6 +624,26 @@ static int prepare_snapshot(rt_Session *s, bool atomic) {
   return RT_OK;
 }
 
+/* Compute step I's kernel, between its two device marks when MARKED. */
+static int launch_op(rt_Session *s, int i, bool marked) {
+  const rt_Backend *be = s->be;
+  int rc = marked ? be->mark(s->ctx, i, false, s->err, sizeof s->err) : RT_OK;
+  if (rc == RT_OK)
+    rc = be->launch(s->ctx, s->fn[s->sc->steps[i].op], &s->args[i], s->profile && !marked, s->err, sizeof s->err);
+  if (rc == RT_OK && marked) rc = be->mark(s->ctx, i, true, s->err, sizeof s->err);
+  return rc;
+}
+
+/* Compute step I ran DT seconds: the step's kernel time, and its op's
+ * sample unless I is a recompute. */
+static void record_op_time(rt_Session *s, StepTimes *tm, int i, double dt) {
+  const rt_SchedStep *st = &s->sc->steps[i];
+  tm->kernel += dt;
+  if (st->recompute) return;
+  if (s->nrun == 1) s->op_first[st->op] = dt;
+  else s->op_samples[(size_t)st->op * SAMPLES + (size_t)(s->nrun - 2) % SAMPLES] = dt;
+}
+
 static int run_steps(rt_Session *s, StepTimes *tm) {
   const rt_Schedule *c = s->sc;
   const rt_Backend *be = s->be;
@@ -658,17 +678,16 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
         for (int k = 0; k < o->nin; k++)
           if ((rc = check_read(s, i, io[k])) != RT_OK) return rc;
       if (i == s->opt_first && s->nsnap > 0 && (rc = take_snapshot(s)) != RT_OK) return rc;
+      bool marked = s->profile && be->mark;
       double c0 = thread_cpu_seconds();
       t0 = now_seconds();
       if (rt_fault_hit(RT_FAULT_KERNEL)) rc = fail(s, RT_EKERNEL, "kernel failed: injected fault");
-      else rc = be->launch(s->ctx, s->fn[st->op], &s->args[i], s->profile, err, el);
+      else rc = launch_op(s, i, marked);
       double dt = now_seconds() - t0;
       s->kernel_cpu += thread_cpu_seconds() - c0;
       if (rc != RT_OK) return step_failed(s, rc, i);
       if (o->phase == 2) tm->opt_ran++;
-      tm->kernel += dt;
-      if (!st->recompute && s->nrun == 1) s->op_first[st->op] = dt;
-      else if (!st->recompute && s->nrun > 1) s->op_samples[(size_t)st->op * SAMPLES + (size_t)(s->nrun - 2) % SAMPLES] = dt;
+      if (!marked) record_op_time(s, tm, i, dt);
       if (s->debug) {
         for (int k = 0; k < o->nout; k++) s->state[io[o->nin + k]] = ST_VALID;
         if (st->workspace >= 0) s->state[st->workspace] = ST_VALID;
@@ -753,6 +772,9 @@ int rt_step(rt_Session *s) {
   int src = s->be->sync(s->ctx, serr, sizeof serr);
   double t2 = now_seconds(), c2 = thread_cpu_seconds();
   if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
+  if (rc == RT_OK && s->profile && s->be->mark)
+    for (int i = 0; i < c->nsteps; i++)
+      if (c->steps[i].kind == RT_STEP_COMPUTE) record_op_time(s, &tm, i, s->be->marked_seconds(s->ctx, i));
   if (rc != RT_OK) {
     s->nrun--;
     if (src == RT_OK) record_copies(s, tm.issue, false); /* a failed step's copies are no sample */
@@ -885,7 +907,7 @@ int rt_write_profile(rt_Session *s, const char *path) {
    * direction's bandwidth and the share of a copy's time the compute stream
    * loses to it (the medians over the steps after the first). */
   static const char *const keys[CS_KINDS] = {"d2h_gbps", "h2d_gbps", "copy_compute_share"};
-  for (int k = 0; k < CS_KINDS && s->nrun > 1; k++) {
+  for (int k = 0; k < CS_KINDS && s->nrun > 1 && s->be->copy_totals; k++) {
     double v = median(s->copy_samples[k], sampled(s));
     if (v >= 0) fprintf(f, ",\n \"%s\": %.4f", keys[k], v);
   }

@@ -43,6 +43,13 @@ typedef struct rt_Backend {
    * executor calls it once per copy-stream step (NULL: jobs start when
    * issued). */
   void (*flush)(void *ctx, int stream);
+  /* Ops timed on the device, for RT_OPEN_PROFILE (NULL: launch blocks until
+   * the op finished and the host clock times it). mark records the start
+   * (END false) or the end of compute step SLOT in the compute stream's
+   * order; once the streams are idle, marked_seconds is the time between
+   * the two marks of SLOT's last launch. */
+  int (*mark)(void *ctx, int slot, bool end, char *err, size_t errlen);
+  double (*marked_seconds)(void *ctx, int slot);
 } rt_Backend;
 
 /* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND and

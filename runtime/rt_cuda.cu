@@ -30,6 +30,8 @@ struct Cuda {
   unsigned char *host_dev; /* the host arena as the device addresses it */
   size_t host_size;
   rt_CudaKernelCtx *kctx;
+  cudaEvent_t *marks; /* RT_OPEN_PROFILE: a start and an end event per compute step */
+  int nmarks;
   bool debug;
   unsigned seed, delay_us;
 };
@@ -66,6 +68,9 @@ void cuda_close(void *ctx) {
   if (c->kctx) rt_cuda_kernel_ctx_destroy(c->kctx);
   for (int i = 0; c->ev && i < c->nevents; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  for (int i = 0; i < 2 * c->nmarks; i++)
+    if (c->marks[i]) cudaEventDestroy(c->marks[i]);
+  free(c->marks);
   for (int s = 0; s < 3; s++)
     if (c->st[s]) cudaStreamDestroy(c->st[s]);
   if (c->dev) cudaFree(c->dev);
@@ -177,6 +182,36 @@ int cuda_wait(void *ctx, int stream, int event, char *err, size_t errlen) {
   return RT_OK;
 }
 
+/* The events of slots up to SLOT are made on first use: only profiled
+ * sessions need them. */
+int cuda_mark(void *ctx, int slot, bool end, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  if (slot >= c->nmarks) {
+    int n = slot + 1 > 2 * c->nmarks ? slot + 1 : 2 * c->nmarks;
+    cudaEvent_t *m = (cudaEvent_t *)realloc(c->marks, 2 * (size_t)n * sizeof *m);
+    if (!m) {
+      snprintf(err, errlen, "out of memory");
+      return RT_ENOMEM;
+    }
+    memset(m + 2 * c->nmarks, 0, 2 * (size_t)(n - c->nmarks) * sizeof *m);
+    c->marks = m;
+    c->nmarks = n;
+  }
+  cudaEvent_t *e = &c->marks[2 * slot + (end ? 1 : 0)];
+  if (!*e) CK(cudaEventCreate(e), "profile event");
+  CK(cudaEventRecord(*e, c->st[RT_STREAM_COMPUTE]), "profile event record");
+  return RT_OK;
+}
+
+double cuda_marked_seconds(void *ctx, int slot) {
+  Cuda *c = (Cuda *)ctx;
+  float ms = 0;
+  if (slot >= c->nmarks || !c->marks[2 * slot] || !c->marks[2 * slot + 1] ||
+      cudaEventElapsedTime(&ms, c->marks[2 * slot], c->marks[2 * slot + 1]) != cudaSuccess)
+    return -1;
+  return 1e-3 * ms;
+}
+
 int cuda_sync(void *ctx, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
   for (int s = 0; s < 3; s++) CK(cudaStreamSynchronize(c->st[s]), "synchronize");
@@ -207,6 +242,7 @@ const rt_Backend cuda_backend = {
     cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
     NULL, /* copy rates: not measured on the GPU yet */
     NULL, /* flush: a CUDA stream starts what it is given */
+    cuda_mark, cuda_marked_seconds,
 };
 
 } // namespace
