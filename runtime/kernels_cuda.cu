@@ -15,8 +15,10 @@ extern "C" {
 }
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <math.h>
 #include <stdarg.h>
@@ -31,6 +33,8 @@ extern "C" {
 #define HD_PER_LANE (CU_MAX_HD / 32)
 #define PLAN_CAP 128
 #define LT_WORKSPACE (32u << 20)
+
+using namespace nvcuda;
 
 /* ------------------------------------------------------------- context */
 
@@ -176,6 +180,54 @@ static unsigned nblocks(int64_t n, int per) { return (unsigned)((n + per - 1) / 
   const int64_t row = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32; \
   const int lane = threadIdx.x % 32
 
+/* Column sums over N rows, deterministic: a block owns 32 columns, its
+ * 32 x 32 threads each sum every 32nd row in order, then row group 0 adds
+ * the 32 partial sums in order. COLSUM_* says what a row contributes. */
+enum { COLSUM_DY, COLSUM_DY_XHAT_LN, COLSUM_DY_XHAT_RMS };
+#define COLSUM_TILE 32
+
+__device__ __forceinline__ float block_column_total(float v, float (*part)[COLSUM_TILE + 1]) {
+  part[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  float s = 0.0f;
+  if (threadIdx.y == 0)
+    for (int r = 0; r < COLSUM_TILE; r++) s += part[r][threadIdx.x];
+  __syncthreads();
+  return s;
+}
+
+/* out0[c] += sum_n dy[n,c] * f(n,c) (f = 1, or x-hat for layernorm and
+ * rmsnorm); with out1, also out1[c] += sum_n dy[n,c] (layernorm's db). */
+__global__ void colsum_k(DV out0, DV out1, DV dy, DV x, const float *mean, const float *rstd, int64_t N,
+                         int64_t C, int mode) {
+  __shared__ float part[COLSUM_TILE][COLSUM_TILE + 1];
+  int64_t c = (int64_t)blockIdx.x * COLSUM_TILE + threadIdx.x;
+  float s0 = 0.0f, s1 = 0.0f;
+  if (c < C)
+    for (int64_t n = threadIdx.y; n < N; n += COLSUM_TILE) {
+      float d = ld(dy, n * C + c);
+      if (mode == COLSUM_DY) {
+        s0 += d;
+      } else {
+        float xh = mode == COLSUM_DY_XHAT_LN ? (ld(x, n * C + c) - mean[n]) * rstd[n] : ld(x, n * C + c) * rstd[n];
+        s0 += d * xh;
+        s1 += d;
+      }
+    }
+  s0 = block_column_total(s0, part);
+  s1 = block_column_total(s1, part);
+  if (threadIdx.y == 0 && c < C) {
+    st(out0, c, ld(out0, c) + s0);
+    if (out1.p) st(out1, c, ld(out1, c) + s1);
+  }
+}
+
+static void colsum(cudaStream_t s, DV out0, DV out1, DV dy, DV x, const float *mean, const float *rstd, int64_t N,
+                   int64_t C, int mode) {
+  colsum_k<<<nblocks(C, COLSUM_TILE), dim3(COLSUM_TILE, COLSUM_TILE), 0, s>>>(out0, out1, dy, x, mean, rstd, N, C,
+                                                                              mode);
+}
+
 static int is_float(const rt_View *v) { return v->dtype == RT_F32 || v->dtype == RT_BF16 || v->dtype == RT_F16; }
 static int64_t last_dim(const rt_View *v) { return v->rank > 0 ? v->shape[v->rank - 1] : 1; }
 
@@ -196,20 +248,56 @@ __global__ void encoder_forward_k(DV x, const int *tok, DV wte, DV wpe, int64_t 
   }
 }
 
-/* One thread per column walks the tokens in order, as the CPU does. */
+/* dwte rows in blocks of ENC_ROWS vocabulary ids: a block lists, in token
+ * order, the positions whose token falls in its range (a block-wide prefix
+ * sum over each chunk of positions), then adds their dx rows; one thread
+ * owns a column for the whole list, so each dwte element sums its tokens
+ * in order, with no atomics. The list lives in dynamic shared memory and
+ * is flushed when full. */
+#define ENC_ROWS 64
+#define ENC_LIST 4096
+
 __global__ void encoder_backward_wte_k(DV dwte, DV dx, const int *tok, int64_t N, int64_t C, int64_t V,
                                        int *status) {
-  GRID_STRIDE(c, C) {
-    for (int64_t n = 0; n < N; n++) {
-      int t = tok[n];
-      if (t < 0 || t >= V) {
-        *status = 1;
-        continue;
-      }
-      int64_t o = (int64_t)t * C + c;
-      st(dwte, o, ld(dwte, o) + ld(dx, n * C + c));
+  extern __shared__ int list[];
+  __shared__ int warp_count[THREADS / 32];
+  __shared__ int listed;
+  const int64_t lo = (int64_t)blockIdx.x * ENC_ROWS, hi = lo + ENC_ROWS < V ? lo + ENC_ROWS : V;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (threadIdx.x == 0) listed = 0;
+  __syncthreads();
+  for (int64_t base = 0; base < N; base += THREADS) {
+    int64_t n = base + threadIdx.x;
+    int t = n < N ? tok[n] : -1;
+    if (n < N && (t < 0 || t >= V)) *status = 1;
+    bool mine = n < N && t >= lo && t < hi;
+    unsigned ballot = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int before = listed, total = 0;
+    for (int w = 0; w < THREADS / 32; w++) {
+      if (w == warp) before += total;
+      total += warp_count[w];
     }
+    if (listed + total > ENC_LIST) { /* flush what is listed, then list this chunk */
+      for (int64_t c = threadIdx.x; c < C; c += THREADS)
+        for (int i = 0; i < listed; i++) {
+          int64_t m = list[i], o = (int64_t)tok[m] * C + c;
+          st(dwte, o, ld(dwte, o) + ld(dx, m * C + c));
+        }
+      before -= listed;
+    }
+    __syncthreads();
+    if (mine) list[before + __popc(ballot & ((1u << lane) - 1u))] = (int)n;
+    __syncthreads();
+    if (threadIdx.x == 0) listed = (listed + total > ENC_LIST ? 0 : listed) + total;
+    __syncthreads();
   }
+  for (int64_t c = threadIdx.x; c < C; c += THREADS)
+    for (int i = 0; i < listed; i++) {
+      int64_t m = list[i], o = (int64_t)tok[m] * C + c;
+      st(dwte, o, ld(dwte, o) + ld(dx, m * C + c));
+    }
 }
 
 __global__ void encoder_backward_wpe_k(DV dwpe, DV dx, int64_t N, int64_t T, int64_t C) {
@@ -249,8 +337,8 @@ static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
   REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  encoder_backward_wte_k<<<nblocks(C, THREADS), THREADS, 0, c->stream>>>(dv(dwte), dv(dx), (const int *)tok->data,
-                                                                          N, C, dwte->shape[0], c->status);
+  encoder_backward_wte_k<<<nblocks(dwte->shape[0], ENC_ROWS), THREADS, ENC_LIST * sizeof(int), c->stream>>>(
+      dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
   if (dwpe) encoder_backward_wpe_k<<<nblocks(T * C, THREADS), THREADS, 0, c->stream>>>(dv(dwpe), dv(dx), N, T, C);
   return launched(err, errlen, OP);
 }
@@ -309,21 +397,6 @@ __global__ void layernorm_backward_dx_k(DV dx, DV dy, DV x, DV w, const float *m
   }
 }
 
-/* One thread per column sums the rows in order: the CPU's loop exactly. */
-__global__ void layernorm_backward_dwdb_k(DV dw, DV db, DV dy, DV x, const float *mean, const float *rstd,
-                                          int64_t N, int64_t C) {
-  GRID_STRIDE(c, C) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int64_t n = 0; n < N; n++) {
-      float d = ld(dy, n * C + c);
-      sw += d * ((ld(x, n * C + c) - mean[n]) * rstd[n]);
-      sb += d;
-    }
-    st(dw, c, ld(dw, c) + sw);
-    st(db, c, ld(db, c) + sb);
-  }
-}
-
 static int k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "layernorm";
   REQUIRE(a->nin == 3 && a->nout == 3, "want 3 inputs (x, w, b) and 3 outputs (y, mean, rstd)");
@@ -353,7 +426,7 @@ static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
   layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
-  layernorm_backward_dwdb_k<<<nblocks(C, THREADS), THREADS, 0, s>>>(dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C);
+  colsum(s, dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
   return launched(err, errlen, OP);
 }
 
@@ -384,14 +457,6 @@ __global__ void rmsnorm_backward_dx_k(DV dx, DV dy, DV x, DV w, const float *rst
   }
 }
 
-__global__ void rmsnorm_backward_dw_k(DV dw, DV dy, DV x, const float *rstd, int64_t N, int64_t C) {
-  GRID_STRIDE(c, C) {
-    float sw = 0.0f;
-    for (int64_t n = 0; n < N; n++) sw += ld(dy, n * C + c) * (ld(x, n * C + c) * rstd[n]);
-    st(dw, c, ld(dw, c) + sw);
-  }
-}
-
 static int k_rmsnorm(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "rmsnorm";
   REQUIRE(a->nin == 2 && a->nout == 2, "want 2 inputs (x, w) and 2 outputs (y, rstd)");
@@ -417,7 +482,7 @@ static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) 
   cudaStream_t s = ctx_of(a)->stream;
   const float *rp = (const float *)rstd->data;
   rmsnorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), rp, N, C);
-  rmsnorm_backward_dw_k<<<nblocks(C, THREADS), THREADS, 0, s>>>(dv(dw), dv(dy), dv(x), rp, N, C);
+  colsum(s, dv(dw), dv_none(), dv(dy), dv(x), NULL, rp, N, C, COLSUM_DY_XHAT_RMS);
   return launched(err, errlen, OP);
 }
 
@@ -507,14 +572,6 @@ static int lt_matmul(rt_CudaKernelCtx *c, int64_t m, int64_t n, int64_t k, const
   return 0;
 }
 
-__global__ void bias_backward_k(DV dbias, DV dy, int64_t N, int64_t OC) {
-  GRID_STRIDE(o, OC) {
-    float s = 0.0f;
-    for (int64_t n = 0; n < N; n++) s += ld(dy, n * OC + o);
-    st(dbias, o, ld(dbias, o) + s);
-  }
-}
-
 static int k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "matmul";
   REQUIRE((a->nin == 2 || a->nin == 3) && a->nout == 1, "want inputs (x, w[, bias]) and 1 output");
@@ -547,7 +604,7 @@ static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   int rc = lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, err, errlen);
   if (!rc) rc = lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, err, errlen);
   if (rc || !dbias) return rc;
-  bias_backward_k<<<nblocks(OC, THREADS), THREADS, 0, c->stream>>>(dv(dbias), dv(dy), N, OC);
+  colsum(c->stream, dv(dbias), dv_none(), dv(dy), dv_none(), NULL, NULL, N, OC, COLSUM_DY);
   return launched(err, errlen, OP);
 }
 
@@ -693,6 +750,321 @@ static int attn_shape(const rt_KernelArgs *a, const rt_View *qkv, AttnShape *s, 
   return 0;
 }
 
+/* --------------------------------------------- attention on tensor cores */
+
+/* bf16 storage with head dims of 64 or 128 runs flash-style on the tensor
+ * cores (wmma, 16x16x16 bf16 products into f32): a block takes 64 query
+ * rows (or, for dk and dv, 64 key rows) of one head, four warps of 16 rows
+ * each, and walks the other side's 64-row tiles in order, so no T x T
+ * matrix reaches global memory and no atomics are needed: every output is
+ * summed in a fixed order, run after run. Scores and their softmax stay in
+ * f32 in shared memory; the probabilities and dS are rounded to bf16 for
+ * the second product, as flash attention does, which the bf16 tolerance of
+ * the kernel check covers. The backward pass is two kernels: dq per query
+ * tile, dk and dv per key tile (each recomputes P). */
+#define FA_TILE 64
+#define FA_WARPS 4
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_SLD (FA_TILE + 4) /* f32 score rows, padded against bank conflicts */
+#define FA_PLD (FA_TILE + 8) /* bf16 probability rows */
+
+typedef __nv_bfloat16 bf16;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBt;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+
+/* Rows first..first+63 of one head's HD columns, 16 bytes at a time, into
+ * a shared tile with rows of HD+8; rows at or past T are zeros. */
+template <int HD>
+__device__ void fa_load_tile(bf16 *tile, const bf16 *src, int64_t row_stride, int64_t first, int64_t T) {
+  const int per_row = HD / 8;
+  for (int i = threadIdx.x; i < FA_TILE * per_row; i += FA_THREADS) {
+    int r = i / per_row, v = i % per_row;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (first + r < T) x = ((const uint4 *)(src + (first + r) * row_stride))[v];
+    *(uint4 *)(tile + r * (HD + 8) + v * 8) = x;
+  }
+}
+
+/* out(16 x 64, f32, row stride FA_SLD) = a(16 x HD) b^T, b a 64 x HD tile. */
+template <int HD>
+__device__ void fa_scores(float *out, const bf16 *a, const bf16 *b) {
+  for (int n = 0; n < FA_TILE / 16; n++) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < HD / 16; k++) {
+      FragA fa;
+      FragBt fb;
+      wmma::load_matrix_sync(fa, a + k * 16, HD + 8);
+      wmma::load_matrix_sync(fb, b + n * 16 * (HD + 8) + k * 16, HD + 8);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * 16, acc, FA_SLD, wmma::mem_row_major);
+  }
+}
+
+/* acc[n] += p(16 x 64, bf16, row stride FA_PLD) v, v a 64 x HD tile. */
+template <int HD>
+__device__ void fa_accumulate(FragC *acc, const bf16 *p, const bf16 *v) {
+  for (int k = 0; k < FA_TILE / 16; k++) {
+    FragA fa;
+    wmma::load_matrix_sync(fa, p + k * 16, FA_PLD);
+    for (int n = 0; n < HD / 16; n++) {
+      FragB fb;
+      wmma::load_matrix_sync(fb, v + k * 16 * (HD + 8) + n * 16, HD + 8);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+/* A warp's 16 x HD result to global rows (bf16), through its f32 stage:
+ * row r of the warp goes to dst + (first + r) * stride, times SCALE. */
+template <int HD>
+__device__ void fa_store_rows(bf16 *dst, int64_t stride, int64_t first, int64_t T, FragC *acc, float *stage,
+                              float scale) {
+  for (int n = 0; n < HD / 16; n++) wmma::store_matrix_sync(stage + n * 16, acc[n], HD + 4, wmma::mem_row_major);
+  __syncwarp();
+  int lane = threadIdx.x % 32;
+  for (int i = lane; i < 16 * HD; i += 32) {
+    int r = i / HD, d = i % HD;
+    if (first + r < T) dst[(first + r) * stride + d] = __float2bfloat16_rn(stage[r * (HD + 4) + d] * scale);
+  }
+  __syncwarp();
+}
+
+template <int HD>
+struct FaSmem {
+  static const int tile = FA_TILE * (HD + 8); /* bf16 elements of one 64-row tile */
+  static const int scores = FA_WARPS * 16 * FA_SLD; /* f32, 16 rows a warp */
+  static const int probs = FA_WARPS * 16 * FA_PLD;   /* bf16 */
+  static const int stage = FA_WARPS * 16 * (HD + 4); /* f32 */
+};
+
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS) flash_forward_k(bf16 *y, float *lse, const bf16 *qkv, AttnShape s) {
+  typedef FaSmem<HD> M;
+  extern __shared__ __align__(128) unsigned char fa_smem[];
+  bf16 *Qs = (bf16 *)fa_smem, *Ks = Qs + M::tile, *Vs = Ks + M::tile;
+  float *S = (float *)(Vs + M::tile), *O = S + M::scores;
+  bf16 *P = (bf16 *)(O + M::stage);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  const int64_t qt = blockIdx.x, b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, g = h / (s.NH / s.KVH);
+  const int64_t q0 = qt * FA_TILE, t = q0 + warp * 16 + r;
+  const bf16 *base = qkv + b * s.T * s.row;
+  fa_load_tile<HD>(Qs, base + h * HD, s.row, q0, s.T);
+  float *Sw = S + warp * 16 * FA_SLD, *Ow = O + warp * 16 * (HD + 4);
+  bf16 *Pw = P + warp * 16 * FA_PLD;
+  for (int i = lane; i < 16 * (HD + 4); i += 32) Ow[i] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t kt = 0; kt <= qt; kt++) {
+    __syncthreads();
+    fa_load_tile<HD>(Ks, base + (s.NH + g) * HD, s.row, kt * FA_TILE, s.T);
+    fa_load_tile<HD>(Vs, base + (s.NH + s.KVH + g) * HD, s.row, kt * FA_TILE, s.T);
+    __syncthreads();
+    fa_scores<HD>(Sw, Qs + warp * 16 * (HD + 8), Ks);
+    __syncwarp();
+    /* Row r's online softmax, lanes 2r and 2r+1 holding 32 columns each. */
+    float mx = -INFINITY;
+    for (int j = 0; j < 32; j++) {
+      int64_t u = kt * FA_TILE + half * 32 + j;
+      if (u <= t && u < s.T) mx = fmaxf(mx, Sw[r * FA_SLD + half * 32 + j] * s.scale);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    float mnew = fmaxf(m, mx), alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew), sum = 0.0f;
+    for (int j = 0; j < 32; j++) {
+      int64_t u = kt * FA_TILE + half * 32 + j;
+      float p = 0.0f;
+      if (u <= t && u < s.T) p = expf(Sw[r * FA_SLD + half * 32 + j] * s.scale - mnew);
+      bf16 pb = __float2bfloat16_rn(p);
+      Pw[r * FA_PLD + half * 32 + j] = pb;
+      sum += __bfloat162float(pb);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * alpha + sum;
+    m = mnew;
+    for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); d++) Ow[r * (HD + 4) + d] *= alpha;
+    __syncwarp();
+    FragC acc[HD / 16];
+    for (int n = 0; n < HD / 16; n++) wmma::load_matrix_sync(acc[n], Ow + n * 16, HD + 4, wmma::mem_row_major);
+    fa_accumulate<HD>(acc, Pw, Vs);
+    for (int n = 0; n < HD / 16; n++) wmma::store_matrix_sync(Ow + n * 16, acc[n], HD + 4, wmma::mem_row_major);
+    __syncwarp();
+  }
+  if (t < s.T) {
+    bf16 *yr = y + (b * s.T + t) * s.NH * HD + h * HD;
+    for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); d++)
+      yr[d] = __float2bfloat16_rn(Ow[r * (HD + 4) + d] / l);
+    if (half == 0) lse[(b * s.NH + h) * s.T + t] = m + logf(l);
+  }
+}
+
+/* D = dy . y per query row of each head (a warp a row), for both backward
+ * kernels. */
+__global__ void flash_backward_d_k(float *D, DV dy, DV y, AttnShape s) {
+  WARP_ROW();
+  if (row >= s.B * s.NH * s.T) return;
+  int64_t t = row % s.T, h = (row / s.T) % s.NH, b = row / (s.T * s.NH);
+  int64_t yo = (b * s.T + t) * s.NH * s.hd + h * s.hd;
+  float p = 0.0f;
+  for (int64_t d = lane; d < s.hd; d += 32) p += ld(dy, yo + d) * ld(y, yo + d);
+  p = warp_sum(p);
+  if (lane == 0) D[(b * s.NH + h) * s.T + t] = p;
+}
+
+/* dq for 64 query rows: sum over key tiles of dS K, dS = P (dP - D). */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS) flash_backward_q_k(bf16 *dqkv, const bf16 *dy, const bf16 *qkv,
+                                                                  const float *lse, const float *D, AttnShape s) {
+  typedef FaSmem<HD> M;
+  extern __shared__ __align__(128) unsigned char fa_smem[];
+  bf16 *Qs = (bf16 *)fa_smem, *DYs = Qs + M::tile, *Ks = DYs + M::tile, *Vs = Ks + M::tile;
+  float *S = (float *)(Vs + M::tile), *DP = S + M::scores;
+  bf16 *DS = (bf16 *)(DP + M::scores);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  const int64_t qt = blockIdx.x, b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, g = h / (s.NH / s.KVH);
+  const int64_t q0 = qt * FA_TILE, t = q0 + warp * 16 + r, stat = (b * s.NH + h) * s.T + t;
+  const bf16 *base = qkv + b * s.T * s.row;
+  fa_load_tile<HD>(Qs, base + h * HD, s.row, q0, s.T);
+  fa_load_tile<HD>(DYs, dy + b * s.T * s.NH * HD + h * HD, s.NH * HD, q0, s.T);
+  const float L = t < s.T ? lse[stat] : 0.0f, Dt = t < s.T ? D[stat] : 0.0f;
+  float *Sw = S + warp * 16 * FA_SLD, *DPw = DP + warp * 16 * FA_SLD;
+  bf16 *DSw = DS + warp * 16 * FA_PLD;
+  FragC acc[HD / 16];
+  for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+  for (int64_t kt = 0; kt <= qt; kt++) {
+    __syncthreads();
+    fa_load_tile<HD>(Ks, base + (s.NH + g) * HD, s.row, kt * FA_TILE, s.T);
+    fa_load_tile<HD>(Vs, base + (s.NH + s.KVH + g) * HD, s.row, kt * FA_TILE, s.T);
+    __syncthreads();
+    fa_scores<HD>(Sw, Qs + warp * 16 * (HD + 8), Ks);
+    fa_scores<HD>(DPw, DYs + warp * 16 * (HD + 8), Vs);
+    __syncwarp();
+    for (int j = 0; j < 32; j++) {
+      int c = half * 32 + j;
+      int64_t u = kt * FA_TILE + c;
+      float ds = 0.0f;
+      if (u <= t && t < s.T) ds = expf(Sw[r * FA_SLD + c] * s.scale - L) * (DPw[r * FA_SLD + c] - Dt);
+      DSw[r * FA_PLD + c] = __float2bfloat16_rn(ds);
+    }
+    __syncwarp();
+    fa_accumulate<HD>(acc, DSw, Ks);
+  }
+  __syncthreads(); /* the stage below overlaps other warps' scores */
+  fa_store_rows<HD>(dqkv + b * s.T * s.row + h * HD, s.row, q0 + warp * 16, s.T, acc, S + warp * 16 * (HD + 4),
+                    s.scale);
+}
+
+/* dk and dv for 64 key rows of one kv head: sums over the group's query
+ * heads and the query tiles at or after them, S^T and dP^T computed from
+ * the key side. */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS) flash_backward_kv_k(bf16 *dqkv, const bf16 *dy, const bf16 *qkv,
+                                                                   const float *lse, const float *D, AttnShape s) {
+  typedef FaSmem<HD> M;
+  extern __shared__ __align__(128) unsigned char fa_smem[];
+  bf16 *Ks = (bf16 *)fa_smem, *Vs = Ks + M::tile, *Qs = Vs + M::tile, *DYs = Qs + M::tile;
+  float *ST = (float *)(DYs + M::tile), *DPT = ST + M::scores;
+  bf16 *PT = (bf16 *)(DPT + M::scores), *DST = PT + M::probs;
+  float *Ls = (float *)(DST + M::probs), *Ds = Ls + FA_TILE;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  const int64_t kt = blockIdx.x, b = blockIdx.y / s.KVH, g = blockIdx.y % s.KVH, rep = s.NH / s.KVH;
+  const int64_t k0 = kt * FA_TILE, u = k0 + warp * 16 + r;
+  const bf16 *base = qkv + b * s.T * s.row;
+  fa_load_tile<HD>(Ks, base + (s.NH + g) * HD, s.row, k0, s.T);
+  fa_load_tile<HD>(Vs, base + (s.NH + s.KVH + g) * HD, s.row, k0, s.T);
+  float *STw = ST + warp * 16 * FA_SLD, *DPTw = DPT + warp * 16 * FA_SLD;
+  bf16 *PTw = PT + warp * 16 * FA_PLD, *DSTw = DST + warp * 16 * FA_PLD;
+  FragC dk[HD / 16], dvv[HD / 16];
+  for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(dk[n], 0.0f), wmma::fill_fragment(dvv[n], 0.0f);
+  const int64_t ntiles = (s.T + FA_TILE - 1) / FA_TILE;
+  for (int64_t h = g * rep; h < (g + 1) * rep; h++)
+    for (int64_t qt = kt; qt < ntiles; qt++) {
+      const int64_t q0 = qt * FA_TILE;
+      __syncthreads();
+      fa_load_tile<HD>(Qs, base + h * HD, s.row, q0, s.T);
+      fa_load_tile<HD>(DYs, dy + b * s.T * s.NH * HD + h * HD, s.NH * HD, q0, s.T);
+      for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+        bool in = q0 + i < s.T;
+        Ls[i] = in ? lse[(b * s.NH + h) * s.T + q0 + i] : 0.0f;
+        Ds[i] = in ? D[(b * s.NH + h) * s.T + q0 + i] : 0.0f;
+      }
+      __syncthreads();
+      fa_scores<HD>(STw, Ks + warp * 16 * (HD + 8), Qs);
+      fa_scores<HD>(DPTw, Vs + warp * 16 * (HD + 8), DYs);
+      __syncwarp();
+      for (int j = 0; j < 32; j++) {
+        int c = half * 32 + j;
+        int64_t t = q0 + c;
+        float p = 0.0f, ds = 0.0f;
+        if (u <= t && t < s.T && u < s.T) {
+          p = expf(STw[r * FA_SLD + c] * s.scale - Ls[c]);
+          ds = p * (DPTw[r * FA_SLD + c] - Ds[c]);
+        }
+        PTw[r * FA_PLD + c] = __float2bfloat16_rn(p);
+        DSTw[r * FA_PLD + c] = __float2bfloat16_rn(ds);
+      }
+      __syncwarp();
+      fa_accumulate<HD>(dvv, PTw, DYs);
+      fa_accumulate<HD>(dk, DSTw, Qs);
+    }
+  __syncthreads(); /* the stage below overlaps other warps' scores */
+  float *stage = ST + warp * 16 * (HD + 4);
+  bf16 *out = dqkv + b * s.T * s.row;
+  fa_store_rows<HD>(out + (s.NH + g) * HD, s.row, k0 + warp * 16, s.T, dk, stage, s.scale);
+  fa_store_rows<HD>(out + (s.NH + s.KVH + g) * HD, s.row, k0 + warp * 16, s.T, dvv, stage, 1.0f);
+}
+
+static bool fa_fits(const rt_View *const *v, int n, const AttnShape &s) {
+  if (s.hd != 64 && s.hd != 128) return false;
+  if (s.row % 8 != 0) return false;
+  for (int i = 0; i < n; i++)
+    if (v[i]->dtype != RT_BF16 || (uintptr_t)v[i]->data % 16 != 0) return false;
+  return true;
+}
+
+/* Launches KERNEL with SMEM bytes of dynamic shared memory, raising its
+ * limit on first use. */
+template <typename K>
+static int fa_prepare(K kernel, size_t smem, char *err, size_t errlen, const char *op) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return fail(err, errlen, RT_KERNEL_EDEVICE, op, "shared memory: %s", cudaGetErrorString(e));
+  return 0;
+}
+
+template <int HD>
+static int fa_forward(const rt_View *y, const rt_View *lse, const rt_View *qkv, const AttnShape &s, cudaStream_t st_,
+                      char *err, size_t errlen) {
+  typedef FaSmem<HD> M;
+  size_t smem = 3 * M::tile * sizeof(bf16) + (M::scores + M::stage) * sizeof(float) + M::probs * sizeof(bf16);
+  int rc = fa_prepare(flash_forward_k<HD>, smem, err, errlen, "attention");
+  if (rc) return rc;
+  dim3 grid((unsigned)((s.T + FA_TILE - 1) / FA_TILE), (unsigned)(s.B * s.NH));
+  flash_forward_k<HD><<<grid, FA_THREADS, smem, st_>>>((bf16 *)y->data, (float *)lse->data, (const bf16 *)qkv->data, s);
+  return launched(err, errlen, "attention");
+}
+
+template <int HD>
+static int fa_backward(const rt_View *dqkv, const rt_View *dy, const rt_View *qkv, const rt_View *y, const rt_View *lse,
+                       float *D, const AttnShape &s, cudaStream_t st_, char *err, size_t errlen) {
+  typedef FaSmem<HD> M;
+  const char *OP = "attention_backward";
+  size_t smem_q = 4 * M::tile * sizeof(bf16) + 2 * M::scores * sizeof(float) + M::probs * sizeof(bf16);
+  size_t smem_kv = smem_q + M::probs * sizeof(bf16) + 2 * FA_TILE * sizeof(float);
+  int rc = fa_prepare(flash_backward_q_k<HD>, smem_q, err, errlen, OP);
+  if (!rc) rc = fa_prepare(flash_backward_kv_k<HD>, smem_kv, err, errlen, OP);
+  if (rc) return rc;
+  flash_backward_d_k<<<nblocks(s.B * s.NH * s.T, WARPS_PER_BLOCK), THREADS, 0, st_>>>(D, dv(dy), dv(y), s);
+  unsigned tiles = (unsigned)((s.T + FA_TILE - 1) / FA_TILE);
+  const bf16 *dyp = (const bf16 *)dy->data, *qp = (const bf16 *)qkv->data;
+  const float *lp = (const float *)lse->data;
+  flash_backward_q_k<HD><<<dim3(tiles, (unsigned)(s.B * s.NH)), FA_THREADS, smem_q, st_>>>((bf16 *)dqkv->data, dyp,
+                                                                                          qp, lp, D, s);
+  flash_backward_kv_k<HD><<<dim3(tiles, (unsigned)(s.B * s.KVH)), FA_THREADS, smem_kv, st_>>>((bf16 *)dqkv->data,
+                                                                                             dyp, qp, lp, D, s);
+  return launched(err, errlen, OP);
+}
+
 static int k_attention(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "attention";
   REQUIRE(a->nin == 1 && a->nout == 2, "want 1 input (qkv) and 2 outputs (y, lse)");
@@ -702,6 +1074,10 @@ static int k_attention(const rt_KernelArgs *a, char *err, size_t errlen) {
   const rt_View *y = &a->out[0], *lse = &a->out[1];
   REQUIRE(is_float(y) && y->numel == s.B * s.T * s.NH * s.hd, "y must be float [B,T,NH hd]");
   REQUIRE(lse->dtype == RT_F32 && lse->numel == s.B * s.NH * s.T, "lse must be f32 [B,NH,T]");
+  const rt_View *fv[] = {y, &a->in[0]};
+  if (fa_fits(fv, 2, s))
+    return s.hd == 64 ? fa_forward<64>(y, lse, &a->in[0], s, ctx_of(a)->stream, err, errlen)
+                      : fa_forward<128>(y, lse, &a->in[0], s, ctx_of(a)->stream, err, errlen);
   attention_forward_k<<<nblocks(s.B * s.NH * s.T, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
       dv(y), (float *)lse->data, dv(&a->in[0]), s);
   return launched(err, errlen, OP);
@@ -722,6 +1098,10 @@ static int k_attention_backward(const rt_KernelArgs *a, char *err, size_t errlen
           "workspace of %lld bytes needed", (long long)(s.B * s.NH * s.T * (int64_t)sizeof(float)));
   cudaStream_t st_ = ctx_of(a)->stream;
   float *D = (float *)a->workspace;
+  const rt_View *fv[] = {dy, &a->in[1], y, dqkv};
+  if (fa_fits(fv, 4, s))
+    return s.hd == 64 ? fa_backward<64>(dqkv, dy, &a->in[1], y, lse, D, s, st_, err, errlen)
+                      : fa_backward<128>(dqkv, dy, &a->in[1], y, lse, D, s, st_, err, errlen);
   const float *lp = (const float *)lse->data;
   attention_backward_q_k<<<nblocks(s.B * s.NH * s.T, WARPS_PER_BLOCK), THREADS, 0, st_>>>(
       dv(dqkv), D, dv(dy), dv(&a->in[1]), dv(y), lp, s);
@@ -873,24 +1253,46 @@ static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 /* -------------------------------------------------------- crossentropy */
 
-__global__ void crossentropy_lse_k(float *lse, DV logits, int64_t N, int64_t V) {
-  WARP_ROW();
-  if (row >= N) return;
-  int64_t o = row * V;
-  float mx = -INFINITY;
-  for (int64_t v = lane; v < V; v += 32) mx = fmaxf(mx, ld(logits, o + v));
-  mx = warp_max(mx);
+/* Block-wide reductions in a fixed tree: every thread ends with the value. */
+__device__ float block_sum(float v, float *scratch) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
   float s = 0.0f;
-  for (int64_t v = lane; v < V; v += 32) s += expf(ld(logits, o + v) - mx);
-  s = warp_sum(s);
-  if (lane == 0) lse[row] = mx + logf(s);
+  for (int w = 0; w < (int)(blockDim.x / 32); w++) s += scratch[w];
+  __syncthreads();
+  return s;
+}
+__device__ float block_max(float v, float *scratch) {
+  v = warp_max(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < (int)(blockDim.x / 32); w++) m = fmaxf(m, scratch[w]);
+  __syncthreads();
+  return m;
 }
 
-/* The mean, in double, over rows in order: one thread, as on the CPU. */
+/* A block per row: the row's max, then the sum of exponentials. */
+__global__ void crossentropy_lse_k(float *lse, DV logits, int64_t V) {
+  __shared__ float scratch[THREADS / 32];
+  int64_t o = (int64_t)blockIdx.x * V;
+  float mx = -INFINITY;
+  for (int64_t v = threadIdx.x; v < V; v += THREADS) mx = fmaxf(mx, ld(logits, o + v));
+  mx = block_max(mx, scratch);
+  float s = 0.0f;
+  for (int64_t v = threadIdx.x; v < V; v += THREADS) s += expf(ld(logits, o + v) - mx);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) lse[blockIdx.x] = mx + logf(s);
+}
+
+/* The mean over rows, in double: each thread sums every THREADS-th row in
+ * order, then one thread adds the partial sums in order. */
 __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, const int *tgt, int64_t N, int64_t V,
                                     int *status) {
+  __shared__ double part[THREADS];
   double total = 0.0;
-  for (int64_t n = 0; n < N; n++) {
+  for (int64_t n = threadIdx.x; n < N; n += THREADS) {
     int t = tgt[n];
     if (t < 0 || t >= V) {
       *status = 1;
@@ -898,18 +1300,25 @@ __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, co
     }
     total += (double)(lse[n] - ld(logits, n * V + t));
   }
-  loss[0] = (float)(total / (double)N);
+  part[threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0.0;
+    for (int i = 0; i < THREADS; i++) sum += part[i];
+    loss[0] = (float)(sum / (double)N);
+  }
 }
 
+/* A block per row. */
 __global__ void crossentropy_backward_k(DV dl, DV logits, const float *lse, const int *tgt, int64_t N, int64_t V,
                                         int *status) {
-  float inv = 1.0f / (float)N;
-  GRID_STRIDE(i, N * V) {
-    int64_t n = i / V, v = i % V;
-    int t = tgt[n];
-    if (t < 0 || t >= V) *status = 1;
-    float p = expf(ld(logits, i) - lse[n]);
-    st(dl, i, (p - (v == t ? 1.0f : 0.0f)) * inv);
+  int64_t n = blockIdx.x, o = n * V;
+  float inv = 1.0f / (float)N, L = lse[n];
+  int t = tgt[n];
+  if (threadIdx.x == 0 && (t < 0 || t >= V)) *status = 1;
+  for (int64_t v = threadIdx.x; v < V; v += THREADS) {
+    float p = expf(ld(logits, o + v) - L);
+    st(dl, o + v, (p - (v == t ? 1.0f : 0.0f)) * inv);
   }
 }
 
@@ -923,8 +1332,8 @@ static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(loss->dtype == RT_F32 && loss->numel == 1 && lse->dtype == RT_F32 && lse->numel == N,
           "loss must be f32 [1], lse f32 [B,T]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  crossentropy_lse_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, c->stream>>>((float *)lse->data, dv(logits), N, V);
-  crossentropy_loss_k<<<1, 1, 0, c->stream>>>((float *)loss->data, (const float *)lse->data, dv(logits),
+  crossentropy_lse_k<<<(unsigned)N, THREADS, 0, c->stream>>>((float *)lse->data, dv(logits), V);
+  crossentropy_loss_k<<<1, THREADS, 0, c->stream>>>((float *)loss->data, (const float *)lse->data, dv(logits),
                                                (const int *)tgt->data, N, V, c->status);
   return launched(err, errlen, OP);
 }
@@ -938,7 +1347,7 @@ static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(lse->dtype == RT_F32 && lse->numel == N && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
           "lse must be f32 [B,T], targets i32 [B,T]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  crossentropy_backward_k<<<nblocks(N * V, THREADS), THREADS, 0, c->stream>>>(
+  crossentropy_backward_k<<<(unsigned)N, THREADS, 0, c->stream>>>(
       dv(dl), dv(logits), (const float *)lse->data, (const int *)tgt->data, N, V, c->status);
   return launched(err, errlen, OP);
 }
