@@ -157,9 +157,9 @@ g124() {
     echo "=== profile-guided: op times measured here (keep-all, 3 profiled steps), re-plan ilp at the same budget as g124-ilp, run"
     n=g124-pgo
     $B/bin/step-g124-keep-all --steps 3 --profile "$R/g124.costs.json" | grep -E '^(error|measured)'
+    [ -s "$R/g124.costs.json" ] && "$PY" gpu/op_times.py $G/g124v50304.json "$R/g124.costs.json"
     if [ -s "$R/g124.costs.json" ] && $P plan $G/g124v50304.json --device budgets/h100-sxm-80g.json \
          --costs "$R/g124.costs.json" --budget "$(awk '$1=="plan_budget_bytes"{print $2}' "$R/g124-ilp.txt")" -o $G/$n; then
-      cp "$R/g124.costs.json" "$OUT/g124.costs.json"
       D="-I$G -DSCHED_HEADER=\"$n.sched.h\" -DSCHED_ENTRY=ration_schedule_${n//-/_}"
       CUL="-L$CUDA/lib64 -Wl,-rpath,$CUDA/lib64 -lcublasLt -lcudart -l:libstdc++.so.6 -lm -lpthread"
       $CC -O1 -std=c11 -Iruntime -I$G -c $G/$n.sched.c -o $B/$n.sched.o &&
@@ -205,5 +205,6 @@ torch_ref() {
   grep -h '^torch ' "$OUT/torch.txt" 2>/dev/null
   echo "== total $((SECONDS - START)) s"
 } >>"$S" 2>&1
+grep -h '^op_time' "$OUT/g124.txt" >>"$S" 2>/dev/null
 rm -rf "$OUT/runs"    # kept to 8 files; the per-run figures are in tiny.txt, g124.txt and summary.txt
 sed -n '/^== memory/,$p' "$S"

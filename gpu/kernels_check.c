@@ -1,16 +1,18 @@
 /*
- * cuda_kernels_check.c - every CUDA kernel of runtime/kernels_cuda.cu against
+ * kernels_check.c - every CUDA kernel of runtime/kernels_cuda.cu against
  * the CPU reference kernel of the same type (runtime/kernels_cpu.c), on the
  * same inputs, in f32 and bf16 storage, at small and gpt2-124m-like shapes
  * (odd leading dimension V = 50257 included). Per case it prints
  *
- *   PASS|FAIL type dtype shape: max|gpu-cpu|/max|cpu| = E (tol T), det=yes|NO
+ *   PASS|FAIL type dtype shape: max|gpu-cpu|/max|cpu| = E (tol T), det=yes|NO, GPU us
  *
  * det: two GPU runs from the same inputs are bitwise identical (the
  * executor's recompute-equals-keep-all property needs it). Outputs that
  * accumulate (+=) start from the same random values on both sides; outputs
  * that are overwritten start from the same garbage, so a kernel that skips
- * an element shows. Exit 0 when every case passes.
+ * an element shows. The GPU time is the kernel's, from CUDA events. Inputs
+ * are fresh every run (the seed is printed; KCHECK_SEED=N repeats it). Exit
+ * 0 when every case passes.
  *
  * Build (needs only gcc, the runtime sources and the CUDA toolkit):
  *   gcc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I$CUDA/include \
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
   char kind; /* 'f' case dtype, 's' f32, 'p' f32 >= 0, 'i' i32 index in [0, hi) */
@@ -76,6 +79,13 @@ static const Case cases[] = {
   {"attention_backward", 4, 1, {F(2, 128, 4 * 64), F(2, 128, 12 * 64), F(2, 128, 4 * 64), S(2, 4, 128)}, {F(2, 128, 12 * 64)}, NOALIAS, HEADS(4, 4), 3, 2 * 128 * 4 * 64 * 4, 1, D_ATTN},
   {"attention", 1, 2, {F(2, 96, 8 * 32)}, {F(2, 96, 4 * 32), S(2, 4, 96)}, NOALIAS, HEADS(4, 2), 3, 0, 1, D_NONE},
   {"attention_backward", 4, 1, {F(2, 96, 4 * 32), F(2, 96, 8 * 32), F(2, 96, 4 * 32), S(2, 4, 96)}, {F(2, 96, 8 * 32)}, NOALIAS, HEADS(4, 2), 3, 2 * 96 * 4 * 32 * 4, 1, D_ATTN},
+  {"attention", 1, 2, {F(1, 160, 8 * 128)}, {F(1, 160, 4 * 128), S(1, 4, 160)}, NOALIAS, HEADS(4, 2), 3, 0, 1, D_NONE},
+  {"attention_backward", 4, 1, {F(1, 160, 4 * 128), F(1, 160, 8 * 128), F(1, 160, 4 * 128), S(1, 4, 160)}, {F(1, 160, 8 * 128)}, NOALIAS, HEADS(4, 2), 3, 1 * 160 * 4 * 4, 1, D_ATTN},
+  {"attention", 1, 2, {F(2, 1024, 36 * 64)}, {F(2, 1024, 12 * 64), S(2, 12, 1024)}, NOALIAS, HEADS(12, 12), 3, 0, 1, D_NONE},
+  {"attention_backward", 4, 1, {F(2, 1024, 12 * 64), F(2, 1024, 36 * 64), F(2, 1024, 12 * 64), S(2, 12, 1024)}, {F(2, 1024, 36 * 64)}, NOALIAS, HEADS(12, 12), 3, 2 * 1024 * 12 * 4, 1, D_ATTN},
+  {"layernorm_backward", 5, 3, {F(8, 1024, 768), F(8, 1024, 768), F(768), S(8, 1024), S(8, 1024)}, {F(8, 1024, 768), F(768), F(768)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_LN},
+  {"matmul_backward", 3, 3, {F(2, 1024, 3072), F(2, 1024, 768), F(3072, 768)}, {F(2, 1024, 768), F(3072, 768), F(3072)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"crossentropy", 2, 2, {F(2, 1024, 50304), I(50257, 2, 1024)}, {S(1), S(2, 1024)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
   {"rope", 1, 1, {F(2, 64, 8 * 64)}, {F(2, 64, 8 * 64)}, NOALIAS, HEADS(4, 2), 3, 0, 1, D_NONE},
   {"rope_backward", 1, 1, {F(2, 64, 8 * 64)}, {F(2, 64, 8 * 64)}, NOALIAS, HEADS(4, 2), 3, 0, 1, D_NONE},
   {"gelu", 1, 1, {F(4, 64, 384)}, {F(4, 64, 384)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
@@ -172,6 +182,9 @@ static int derive_inputs(const Case *c, rt_View *in, rt_DType fdt, char *err) {
     }                                                                         \
   } while (0)
 
+static cudaStream_t ctx_stream; /* the stream the kernel context launches on */
+static double last_us;          /* the last GPU run's kernel time, from events */
+
 /* One GPU run: inputs and initial outputs uploaded, kernel, results down. */
 static int gpu_run(rt_CudaKernelCtx *ctx, const Case *c, const rt_View *in, const rt_View *out0, rt_View *res,
                    char *err) {
@@ -196,8 +209,18 @@ static int gpu_run(rt_CudaKernelCtx *ctx, const Case *c, const rt_View *in, cons
   rt_KernelFn fn = rt_cuda_kernel_find(c->type);
   rt_KernelArgs a = {dout, c->nout, din, c->nin, dws, c->ws, c->attrs, c->nattrs, c->step, ctx};
   if (!fn) rc = (snprintf(err, 256, "no CUDA kernel"), -100);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaEventRecord(e0, ctx_stream));
   if (!rc) rc = fn(&a, err, 256);
+  CK(cudaEventRecord(e1, ctx_stream));
   CK(cudaDeviceSynchronize());
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  last_us = 1e3 * ms;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   if (!rc) rc = rt_cuda_kernel_ctx_status(ctx, err, 256);
   for (int k = 0; k < c->nout && !rc; k++)
     CK(cudaMemcpy(res[k].data, dout[k].data, vbytes(&res[k]), cudaMemcpyDeviceToHost));
@@ -219,10 +242,15 @@ static void shape_str(const Case *c, char *s, size_t n) {
 }
 
 int main(void) {
+  /* Fresh inputs every run; KCHECK_SEED=N repeats one. */
+  const char *seed = getenv("KCHECK_SEED");
+  rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
+  if (!rng) rng = 1;
+  printf("seed %llu\n", (unsigned long long)rng);
   rt_CudaKernelCtx *ctx = NULL;
   char err[256] = "";
   cudaStream_t stream;
-  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess || !(ctx_stream = stream) ||
       rt_cuda_kernel_ctx_create(&ctx, stream, err, sizeof err) != 0) {
     printf("FAIL context: %s\n", err[0] ? err : "no CUDA device");
     return 1;
@@ -277,8 +305,8 @@ int main(void) {
         }
         int ok = worst <= tol && det && finite;
         failed += !ok;
-        printf("%s %s %s %s: max|gpu-cpu|/max|cpu| = %.2e (tol %.0e), det=%s%s\n", ok ? "PASS" : "FAIL", c->type,
-               di ? "bf16" : "f32", sh, worst, tol, det ? "yes" : "NO", finite ? "" : ", NON-FINITE");
+        printf("%s %s %s %s: max|gpu-cpu|/max|cpu| = %.2e (tol %.0e), det=%s%s, %.1f us\n", ok ? "PASS" : "FAIL",
+               c->type, di ? "bf16" : "f32", sh, worst, tol, det ? "yes" : "NO", finite ? "" : ", NON-FINITE", last_us);
       }
       for (int k = 0; k < c->nin; k++) free(in[k].data);
       for (int k = 0; k < c->nout; k++) {
