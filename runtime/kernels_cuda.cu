@@ -180,11 +180,17 @@ static unsigned nblocks(int64_t n, int per) { return (unsigned)((n + per - 1) / 
   const int64_t row = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32; \
   const int lane = threadIdx.x % 32
 
-/* Column sums over N rows, deterministic: a block owns 32 columns, its
- * 32 x 32 threads each sum every 32nd row in order, then row group 0 adds
- * the 32 partial sums in order. COLSUM_* says what a row contributes. */
+/* Column sums over N rows, deterministic, in two launches: blocks of
+ * 32 x 32 threads each own 32 columns of one chunk of rows (each thread
+ * sums every 32nd row of the chunk in order, then row group 0 adds the 32
+ * partial sums in order) and write one partial sum per chunk; then a
+ * thread per column adds the chunks' partial sums in order. The partial
+ * sums live in the cuBLASLt workspace, which only this stream's matmuls
+ * use, in stream order. COLSUM_* says what a row contributes. */
 enum { COLSUM_DY, COLSUM_DY_XHAT_LN, COLSUM_DY_XHAT_RMS };
 #define COLSUM_TILE 32
+#define COLSUM_BLOCKS 528 /* 4 per multiprocessor of an H100 */
+#define COLSUM_MAX_CHUNKS 64
 
 __device__ __forceinline__ float block_column_total(float v, float (*part)[COLSUM_TILE + 1]) {
   part[threadIdx.y][threadIdx.x] = v;
@@ -196,15 +202,16 @@ __device__ __forceinline__ float block_column_total(float v, float (*part)[COLSU
   return s;
 }
 
-/* out0[c] += sum_n dy[n,c] * f(n,c) (f = 1, or x-hat for layernorm and
- * rmsnorm); with out1, also out1[c] += sum_n dy[n,c] (layernorm's db). */
-__global__ void colsum_k(DV out0, DV out1, DV dy, DV x, const float *mean, const float *rstd, int64_t N,
-                         int64_t C, int mode) {
+/* part0[chunk, c] = sum over the chunk's rows of dy[n,c] * f(n,c) (f = 1,
+ * or x-hat for layernorm and rmsnorm); part1[chunk, c] the sum of dy. */
+__global__ void colsum_part_k(float *part0, float *part1, DV dy, DV x, const float *mean, const float *rstd,
+                              int64_t N, int64_t C, int64_t rows, int mode) {
   __shared__ float part[COLSUM_TILE][COLSUM_TILE + 1];
-  int64_t c = (int64_t)blockIdx.x * COLSUM_TILE + threadIdx.x;
+  int64_t c = (int64_t)blockIdx.x * COLSUM_TILE + threadIdx.x, n0 = (int64_t)blockIdx.y * rows;
+  int64_t n1 = n0 + rows < N ? n0 + rows : N;
   float s0 = 0.0f, s1 = 0.0f;
   if (c < C)
-    for (int64_t n = threadIdx.y; n < N; n += COLSUM_TILE) {
+    for (int64_t n = n0 + threadIdx.y; n < n1; n += COLSUM_TILE) {
       float d = ld(dy, n * C + c);
       if (mode == COLSUM_DY) {
         s0 += d;
@@ -217,15 +224,32 @@ __global__ void colsum_k(DV out0, DV out1, DV dy, DV x, const float *mean, const
   s0 = block_column_total(s0, part);
   s1 = block_column_total(s1, part);
   if (threadIdx.y == 0 && c < C) {
+    part0[blockIdx.y * C + c] = s0;
+    part1[blockIdx.y * C + c] = s1;
+  }
+}
+
+/* out0[c] += the chunks' part0 in order; with out1, out1[c] += part1's. */
+__global__ void colsum_finish_k(DV out0, DV out1, const float *part0, const float *part1, int64_t C, int chunks) {
+  GRID_STRIDE(c, C) {
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int k = 0; k < chunks; k++) s0 += part0[k * C + c], s1 += part1[k * C + c];
     st(out0, c, ld(out0, c) + s0);
     if (out1.p) st(out1, c, ld(out1, c) + s1);
   }
 }
 
-static void colsum(cudaStream_t s, DV out0, DV out1, DV dy, DV x, const float *mean, const float *rstd, int64_t N,
-                   int64_t C, int mode) {
-  colsum_k<<<nblocks(C, COLSUM_TILE), dim3(COLSUM_TILE, COLSUM_TILE), 0, s>>>(out0, out1, dy, x, mean, rstd, N, C,
-                                                                              mode);
+static void colsum(rt_CudaKernelCtx *k, DV out0, DV out1, DV dy, DV x, const float *mean, const float *rstd,
+                   int64_t N, int64_t C, int mode) {
+  int64_t tiles = (C + COLSUM_TILE - 1) / COLSUM_TILE, chunks = COLSUM_BLOCKS / tiles;
+  int64_t fit = (int64_t)(LT_WORKSPACE / (2 * sizeof(float))) / (C > 0 ? C : 1);
+  chunks = chunks > COLSUM_MAX_CHUNKS ? COLSUM_MAX_CHUNKS : chunks < 1 ? 1 : chunks;
+  chunks = chunks > fit ? fit : chunks;
+  int64_t rows = (N + chunks - 1) / chunks;
+  float *part0 = (float *)k->lt_ws, *part1 = part0 + chunks * C;
+  colsum_part_k<<<dim3((unsigned)tiles, (unsigned)chunks), dim3(COLSUM_TILE, COLSUM_TILE), 0, k->stream>>>(
+      part0, part1, dy, x, mean, rstd, N, C, rows, mode);
+  colsum_finish_k<<<nblocks(C, THREADS), THREADS, 0, k->stream>>>(out0, out1, part0, part1, C, (int)chunks);
 }
 
 static int is_float(const rt_View *v) { return v->dtype == RT_F32 || v->dtype == RT_BF16 || v->dtype == RT_F16; }
@@ -248,29 +272,37 @@ __global__ void encoder_forward_k(DV x, const int *tok, DV wte, DV wpe, int64_t 
   }
 }
 
-/* dwte rows in blocks of ENC_ROWS vocabulary ids: a block lists, in token
- * order, the positions whose token falls in its range (a block-wide prefix
- * sum over each chunk of positions), then adds their dx rows; one thread
- * owns a column for the whole list, so each dwte element sums its tokens
- * in order, with no atomics. The list lives in dynamic shared memory and
- * is flushed when full. */
-#define ENC_ROWS 64
+/* A block per vocabulary id lists, in token order, the positions holding
+ * it (a block-wide prefix sum over each chunk of positions), then each
+ * thread adds the listed dx rows of its columns in order in a register and
+ * updates dwte once: every dwte element sums its tokens in order, with no
+ * atomics, and a frequent token costs one pass over its positions rather
+ * than a chain of read-modify-writes. The list lives in dynamic shared
+ * memory and is flushed when full. */
 #define ENC_LIST 4096
+
+__device__ void encoder_flush(DV dwte, DV dx, const int *list, int listed, int64_t t, int64_t C) {
+  for (int64_t c = threadIdx.x; c < C; c += THREADS) {
+    float acc = ld(dwte, t * C + c);
+    for (int i = 0; i < listed; i++) acc += ld(dx, (int64_t)list[i] * C + c);
+    st(dwte, t * C + c, acc);
+  }
+}
 
 __global__ void encoder_backward_wte_k(DV dwte, DV dx, const int *tok, int64_t N, int64_t C, int64_t V,
                                        int *status) {
   extern __shared__ int list[];
   __shared__ int warp_count[THREADS / 32];
   __shared__ int listed;
-  const int64_t lo = (int64_t)blockIdx.x * ENC_ROWS, hi = lo + ENC_ROWS < V ? lo + ENC_ROWS : V;
+  const int64_t id = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (threadIdx.x == 0) listed = 0;
   __syncthreads();
   for (int64_t base = 0; base < N; base += THREADS) {
     int64_t n = base + threadIdx.x;
     int t = n < N ? tok[n] : -1;
-    if (n < N && (t < 0 || t >= V)) *status = 1;
-    bool mine = n < N && t >= lo && t < hi;
+    if (id == 0 && n < N && (t < 0 || t >= V)) *status = 1;
+    bool mine = n < N && t == id;
     unsigned ballot = __ballot_sync(0xffffffffu, mine);
     if (lane == 0) warp_count[warp] = __popc(ballot);
     __syncthreads();
@@ -279,25 +311,18 @@ __global__ void encoder_backward_wte_k(DV dwte, DV dx, const int *tok, int64_t N
       if (w == warp) before += total;
       total += warp_count[w];
     }
-    if (listed + total > ENC_LIST) { /* flush what is listed, then list this chunk */
-      for (int64_t c = threadIdx.x; c < C; c += THREADS)
-        for (int i = 0; i < listed; i++) {
-          int64_t m = list[i], o = (int64_t)tok[m] * C + c;
-          st(dwte, o, ld(dwte, o) + ld(dx, m * C + c));
-        }
+    bool full = listed + total > ENC_LIST;
+    if (full) { /* add what is listed, then list this chunk from the start */
+      encoder_flush(dwte, dx, list, listed, id, C);
       before -= listed;
     }
     __syncthreads();
     if (mine) list[before + __popc(ballot & ((1u << lane) - 1u))] = (int)n;
     __syncthreads();
-    if (threadIdx.x == 0) listed = (listed + total > ENC_LIST ? 0 : listed) + total;
+    if (threadIdx.x == 0) listed = (full ? 0 : listed) + total;
     __syncthreads();
   }
-  for (int64_t c = threadIdx.x; c < C; c += THREADS)
-    for (int i = 0; i < listed; i++) {
-      int64_t m = list[i], o = (int64_t)tok[m] * C + c;
-      st(dwte, o, ld(dwte, o) + ld(dx, m * C + c));
-    }
+  if (listed) encoder_flush(dwte, dx, list, listed, id, C);
 }
 
 __global__ void encoder_backward_wpe_k(DV dwpe, DV dx, int64_t N, int64_t T, int64_t C) {
@@ -337,7 +362,7 @@ static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
   REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  encoder_backward_wte_k<<<nblocks(dwte->shape[0], ENC_ROWS), THREADS, ENC_LIST * sizeof(int), c->stream>>>(
+  encoder_backward_wte_k<<<(unsigned)dwte->shape[0], THREADS, ENC_LIST * sizeof(int), c->stream>>>(
       dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
   if (dwpe) encoder_backward_wpe_k<<<nblocks(T * C, THREADS), THREADS, 0, c->stream>>>(dv(dwpe), dv(dx), N, T, C);
   return launched(err, errlen, OP);
@@ -426,7 +451,7 @@ static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
   layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
-  colsum(s, dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
+  colsum(ctx_of(a), dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
   return launched(err, errlen, OP);
 }
 
@@ -482,7 +507,7 @@ static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) 
   cudaStream_t s = ctx_of(a)->stream;
   const float *rp = (const float *)rstd->data;
   rmsnorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), rp, N, C);
-  colsum(s, dv(dw), dv_none(), dv(dy), dv(x), NULL, rp, N, C, COLSUM_DY_XHAT_RMS);
+  colsum(ctx_of(a), dv(dw), dv_none(), dv(dy), dv(x), NULL, rp, N, C, COLSUM_DY_XHAT_RMS);
   return launched(err, errlen, OP);
 }
 
@@ -604,7 +629,7 @@ static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   int rc = lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, err, errlen);
   if (!rc) rc = lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, err, errlen);
   if (rc || !dbias) return rc;
-  colsum(c->stream, dv(dbias), dv_none(), dv(dy), dv_none(), NULL, NULL, N, OC, COLSUM_DY);
+  colsum(c, dv(dbias), dv_none(), dv(dy), dv_none(), NULL, NULL, N, OC, COLSUM_DY);
   return launched(err, errlen, OP);
 }
 
