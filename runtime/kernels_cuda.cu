@@ -281,10 +281,20 @@ __global__ void encoder_forward_k(DV x, const int *tok, DV wte, DV wpe, int64_t 
  * memory and is flushed when full. */
 #define ENC_LIST 4096
 
+/* x rounded to V's storage type, as storing it and loading it back would. */
+__device__ __forceinline__ float rounded(DV v, float x) {
+  if (v.dt == RT_F32) return x;
+  if (v.dt == RT_F16) return __half2float(__float2half_rn(x));
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+  return __uint_as_float(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
+}
+
+/* Each sum rounds to dwte's type after every token, as the CPU's += does. */
 __device__ void encoder_flush(DV dwte, DV dx, const int *list, int listed, int64_t t, int64_t C) {
   for (int64_t c = threadIdx.x; c < C; c += THREADS) {
     float acc = ld(dwte, t * C + c);
-    for (int i = 0; i < listed; i++) acc += ld(dx, (int64_t)list[i] * C + c);
+    for (int i = 0; i < listed; i++) acc = rounded(dwte, acc + ld(dx, (int64_t)list[i] * C + c));
     st(dwte, t * C + c, acc);
   }
 }
