@@ -106,8 +106,9 @@ static int nstrategies;
 static void sweep(const char *path, const Device *d) {
   Err e;
   Graph *g = graph_load(path, &e);
-  if (!g) {
+  if (!g || graph_add_runtime_tensor(g, d->runtime_bytes, &e)) {
     printf("\n%s\n", e.msg);
+    graph_free(g);
     failures++;
     return;
   }

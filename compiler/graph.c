@@ -470,3 +470,32 @@ Graph *graph_load(const char *path, Err *e) {
   free(text);
   return g;
 }
+
+/* ------------------------------------------------------ runtime bytes */
+
+/* The bytes a device's runtime holds for the whole run beside the planned
+ * tensors (the CUDA backend's cuBLASLt workspace) become one more input
+ * tensor, so that every strategy, budget and report counts them as it
+ * counts any resident tensor and the layout gives them a place in the
+ * arena, where the runtime finds them by name. */
+int graph_add_runtime_tensor(Graph *g, int64_t bytes, Err *e) {
+  if (bytes <= 0) return 0;
+  if (graph_find_tensor(g, GRAPH_RUNTIME_TENSOR) >= 0)
+    return err_set(e, "%s: the tensor name \"%s\" is reserved for the runtime's own bytes", g->path,
+                   GRAPH_RUNTIME_TENSOR);
+  Tensor *t = realloc(g->tensors, ((size_t)g->ntensors + 1) * sizeof *t);
+  if (!t) return err_set(e, "%s: out of memory", g->path);
+  g->tensors = t;
+  t = &g->tensors[g->ntensors];
+  memset(t, 0, sizeof *t);
+  if (!(t->name = util_strdup(GRAPH_RUNTIME_TENSOR))) return err_set(e, "%s: out of memory", g->path);
+  t->rank = 1;
+  t->shape[0] = bytes;
+  t->dtype = DT_U8;
+  t->kind = KIND_INPUT;
+  t->bytes = bytes;
+  t->producer = t->first_read = t->last_read = t->last_fwd_read = t->first_bwd_read = -1;
+  if (g->index) table_put(&g->index->tensors, &g->tensors[0].name, sizeof(Tensor), t->name, g->ntensors);
+  g->ntensors++;
+  return 0;
+}

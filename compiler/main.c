@@ -143,7 +143,7 @@ static int cmd_plan(int argc, char **argv) {
   Graph *g = graph_load(graph_path, &e);
   if (!g) die(&e);
   Device *d = load_device(device_name, &e);
-  if (!d) die(&e);
+  if (!d || graph_add_runtime_tensor(g, d->runtime_bytes, &e)) die(&e);
   if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   o.budget_bytes = budget ? parse_budget(budget, g, d, &e) : d->memory - d->reserve;
   if (o.budget_bytes < 0) die(&e);
@@ -206,7 +206,7 @@ static int cmd_info(int argc, char **argv) {
   Graph *g = graph_load(graph_path, &e);
   if (!g) die(&e);
   Device *d = device_name ? load_device(device_name, &e) : NULL;
-  if (device_name && !d) die(&e);
+  if (device_name && (!d || graph_add_runtime_tensor(g, d->runtime_bytes, &e))) die(&e);
   Buf out = {0};
   if (info_report(g, d, &out, &e)) die(&e);
   fwrite(out.data, 1, out.len, stdout);
@@ -307,10 +307,12 @@ static int cmd_simulate(int argc, char **argv) {
   Err e;
   Graph *g = graph_load(graph_path, &e);
   if (!g) die(&e);
+  char planned_on[256];
+  if (!device_name && plan_read_device(plan_path, planned_on, sizeof planned_on, &e)) die(&e);
+  Device *d = load_device(device_name ? device_name : planned_on, &e);
+  if (!d || graph_add_runtime_tensor(g, d->runtime_bytes, &e)) die(&e);
   Plan *p = plan_load(plan_path, g, &e);
   if (!p) die(&e);
-  Device *d = load_device(device_name ? device_name : p->device, &e);
-  if (!d) die(&e);
   if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   SimResult r;
   if (sim_run(p, g, d, trace, &r, &e)) die(&e);
@@ -407,7 +409,7 @@ static int cmd_report(int argc, char **argv) {
   Graph *g = graph_load(graph_path, &e);
   if (!g) die(&e);
   Device *d = load_device(device_name, &e);
-  if (!d) die(&e);
+  if (!d || graph_add_runtime_tensor(g, d->runtime_bytes, &e)) die(&e);
   if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   static char *names[1000], *sizes[1000];
   static int64_t bytes[1000];

@@ -282,3 +282,20 @@ Plan *plan_load(const char *path, const Graph *g, Err *e) {
   free(text);
   return p;
 }
+
+/* The plan's "device" alone ("" when absent), for a caller that needs the
+ * device before it can load the plan against the graph: the device's
+ * runtime bytes are a tensor of the graph the plan was made for. */
+int plan_read_device(const char *path, char *out, size_t cap, Err *e) {
+  size_t len;
+  char *text = json_read(path, &len, e);
+  if (!text) return -1;
+  cJSON *root = json_parse(path, text, len, "ration-plan/1", e);
+  free(text);
+  if (!root) return -1;
+  Ctx c = {path, NULL, NULL, e};
+  out[0] = '\0';
+  int rc = opt_fixed_string(&c, NULL, root, "device", out, cap);
+  cJSON_Delete(root);
+  return rc;
+}

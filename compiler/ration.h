@@ -176,6 +176,11 @@ int graph_dtype_size(DType d);
 double graph_attr(const Op *op, const char *key, double dflt);
 /* True for kinds resident for the whole step (input, param, grad, optstate). */
 bool graph_is_resident(const Tensor *t);
+/* A device's runtime_bytes as the input tensor GRAPH_RUNTIME_TENSOR (u8,
+ * BYTES long; nothing when BYTES is 0). libration's CUDA backend finds it
+ * by the same name (RT_RUNTIME_TENSOR) and keeps its workspace there. */
+#define GRAPH_RUNTIME_TENSOR "ration.runtime"
+int graph_add_runtime_tensor(Graph *g, int64_t bytes, Err *e);
 
 /* -------------------------------------------------------------- device */
 
@@ -183,6 +188,7 @@ typedef struct Device {
   char *path;
   char *name;
   int64_t memory, reserve, host_memory;
+  int64_t runtime_bytes; /* what the runtime keeps on the device beside the plan's tensors */
   double peak_tflops[DT_COUNT]; /* 0 where the datasheet gives nothing */
   double hbm_gbps, h2d_gbps, d2h_gbps, launch_us;
   /* The share of a copy's time the compute stream loses when it issues the
@@ -275,6 +281,7 @@ int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e);
 
 /* Reads a ration-plan/1 file against its graph. */
 Plan *plan_load(const char *path, const Graph *g, Err *e);
+int plan_read_device(const char *path, char *out, size_t cap, Err *e);
 Plan *plan_parse(const char *path, const char *text, size_t len, const Graph *g, Err *e);
 
 /* -------------------------------------------------------------- layout */

@@ -152,8 +152,9 @@ g124() {
   compare "$R/g124-keep-all.txt" "$R/g124-ilp.txt"
   # Profiled on keep-all: the CUDA backend syncs after each op in profile
   # mode, so an op after a prefetch wait would be charged the wait.
-  P="/lib64/ld-linux-x86-64.so.2 --library-path $G/planner/lib $G/planner/ration"
-  if [ -x $G/planner/ration ] && [ -x $B/bin/step-g124-keep-all ]; then
+  mkdir -p $B && tar -C $B -xzf $G/planner.tar.gz 2>/dev/null
+  P="/lib64/ld-linux-x86-64.so.2 --library-path $B/planner/lib $B/planner/ration"
+  if [ -x $B/planner/ration ] && [ -x $B/bin/step-g124-keep-all ]; then
     echo "=== profile-guided: op times measured here (keep-all, 3 profiled steps), re-plan ilp at the same budget as g124-ilp, run"
     n=g124-pgo
     $B/bin/step-g124-keep-all --steps 3 --profile "$R/g124.costs.json" | grep -E '^(error|measured)'
@@ -170,7 +171,7 @@ g124() {
       grep -E '^(error|strategy|plan_|live_|measured)' "$R/$n.txt"
       compare "$R/g124-keep-all.txt" "$R/$n.txt"
     else echo "profile-guided re-plan: not run (no costs or the plan failed)"; fi
-  else echo "profile-guided re-plan: no carried planner ($G/planner)"; fi
+  else echo "profile-guided re-plan: no carried planner ($G/planner.tar.gz)"; fi
 }
 [ "$BACKEND" = cuda ] && stage g124 200 "$OUT/g124.txt" g124
 
@@ -188,6 +189,8 @@ torch_ref() {
   echo "== memory and time per schedule (bytes; ms)"
   printf '%-22s %12s %12s %12s %12s %12s %12s %10s %9s %9s %s\n' schedule plan_peak live_hwm arena rt_cudaMalloc \
     memget_delta canary_top smi_MiB plan_ms meas_ms result
+  echo "(plan_peak and arena include the plan's runtime bytes, the CUDA backend's status word and cuBLASLt"
+  echo " workspace, on profiles that set runtime_bytes; rt_cudaMalloc is every byte libration cudaMalloc'd)"
   for f in "$OUT"/runs/*.txt; do
     [ -f "$f" ] || continue
     case $f in *-debug.txt|*-cpu.txt) continue;; esac

@@ -255,6 +255,14 @@ int main(void) {
     printf("FAIL context: %s\n", err[0] ? err : "no CUDA device");
     return 1;
   }
+  /* The runtime bytes a GPU profile plans (32 MiB): the status word and the
+   * cuBLASLt workspace, as rt_open hands them over. */
+  void *runtime_bytes = NULL;
+  if (cudaMalloc(&runtime_bytes, 32u << 20) != cudaSuccess ||
+      rt_cuda_kernel_ctx_set_runtime(ctx, runtime_bytes, 32 << 20, err, sizeof err) != 0) {
+    printf("FAIL runtime bytes: %s\n", err);
+    return 1;
+  }
   int failed = 0, n = 0;
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     const Case *c = &cases[ci];
@@ -329,6 +337,7 @@ int main(void) {
     else printf("FAIL bad token reported: rc %d %s\n", rc, err), failed++;
   }
   rt_cuda_kernel_ctx_destroy(ctx);
+  cudaFree(runtime_bytes);
   cudaStreamDestroy(stream);
   printf("%d cases, %d failed\n", n, failed);
   return failed != 0;

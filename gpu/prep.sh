@@ -7,7 +7,9 @@
 #   *.json, *.sched.{c,h}, *.plan.json   the graphs and their schedules
 #   bin/       every harness prebuilt here for sm_90 (nvcc is the same 13.0
 #              there), used on the device where its own build of one fails
-#   planner/   bin/ration and the shared libraries it needs beyond glibc, so
+#   planner.tar.gz  bin/ration and the shared libraries it needs beyond
+#              glibc (gzipped: with OpenBLAS as Debian's LAPACK they are
+#              about 55 MiB, and a device call carries 64 MiB at most), so
 #              the device can re-plan with the op times it measured
 #
 # Then, on the device, from the repository root: make gpu-check OUT=DIR
@@ -76,4 +78,5 @@ ldd "$R" | awk '/=> \// {print $3}' | while read -r lib; do
   esac
 done
 /lib64/ld-linux-x86-64.so.2 --inhibit-cache --library-path $O/planner/lib $O/planner/ration version
+tar -C $O -czf $O/planner.tar.gz planner && rm -rf $O/planner
 du -sh $O

@@ -183,6 +183,8 @@ int main(int argc, char **argv) {
          (long long)S->budget_bytes, (long long)S->arena_bytes, (long long)S->host_bytes,
          (long long)S->peak_live_bytes);
   printf("plan_step_ms %.4f\n", 1e3 * S->predicted_step_seconds);
+  for (int t = 0; t < S->ntensors; t++)
+    if (!strcmp(S->tensors[t].name, RT_RUNTIME_TENSOR)) printf("plan_runtime_bytes %lld\n", (long long)S->tensors[t].bytes);
   rt_Options opt = {.backend = !strcmp(backend, "cpu") ? RT_BACKEND_CPU : RT_BACKEND_CUDA,
                     .flags = (debug ? RT_OPEN_DEBUG : 0u) | (profile ? RT_OPEN_PROFILE : 0u), .seed = seed};
 #ifdef WITH_CUDA

@@ -32,7 +32,7 @@ extern "C" {
 #define CU_MAX_HD 256
 #define HD_PER_LANE (CU_MAX_HD / 32)
 #define PLAN_CAP 128
-#define LT_WORKSPACE (32u << 20)
+#define STATUS_BYTES 256 /* the status word's share of the runtime bytes, aligned for cuBLASLt */
 
 using namespace nvcuda;
 
@@ -49,8 +49,10 @@ typedef struct {
 struct rt_CudaKernelCtx {
   cudaStream_t stream;
   cublasLtHandle_t lt;
-  void *lt_ws;
+  void *lt_ws; /* in the runtime bytes; NULL: none */
+  size_t lt_ws_bytes;
   int *status; /* device word: nonzero once a kernel saw a bad index */
+  bool own_status; /* allocated here, not in the runtime bytes */
   Plan plans[PLAN_CAP];
   int nplans;
 };
@@ -87,14 +89,30 @@ extern "C" int rt_cuda_kernel_ctx_create(rt_CudaKernelCtx **out, void *stream, c
     free(c);
     return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "cublasLtCreate failed");
   }
-  cudaError_t e = cudaMalloc(&c->lt_ws, LT_WORKSPACE);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&c->status, sizeof(int));
+  *out = c;
+  return 0;
+}
+
+extern "C" int rt_cuda_kernel_ctx_set_runtime(rt_CudaKernelCtx *c, void *bytes, int64_t n, char *err, size_t errlen) {
+  if (c->status || n < STATUS_BYTES) return 0;
+  cudaError_t e = cudaMemset(bytes, 0, sizeof(int));
+  if (e != cudaSuccess) return fail(err, errlen, RT_KERNEL_EDEVICE, "cuda kernels", "%s", cudaGetErrorString(e));
+  c->status = (int *)bytes;
+  c->lt_ws = n > STATUS_BYTES ? (unsigned char *)bytes + STATUS_BYTES : NULL;
+  c->lt_ws_bytes = (size_t)(n - STATUS_BYTES);
+  return 0;
+}
+
+extern "C" int rt_cuda_kernel_ctx_ready(rt_CudaKernelCtx *c, char *err, size_t errlen) {
+  if (c->status) return 0;
+  cudaError_t e = cudaMalloc((void **)&c->status, sizeof(int));
   if (e == cudaSuccess) e = cudaMemset(c->status, 0, sizeof(int));
   if (e != cudaSuccess) {
-    rt_cuda_kernel_ctx_destroy(c);
-    return fail(err, errlen, RT_KERNEL_EDEVICE, OP, "%s", cudaGetErrorString(e));
+    if (c->status) cudaFree(c->status);
+    c->status = NULL;
+    return fail(err, errlen, RT_KERNEL_EDEVICE, "cuda kernels", "status word: %s", cudaGetErrorString(e));
   }
-  *out = c;
+  c->own_status = true;
   return 0;
 }
 
@@ -108,13 +126,13 @@ extern "C" void rt_cuda_kernel_ctx_destroy(rt_CudaKernelCtx *c) {
     cublasLtMatmulDescDestroy(p->desc);
   }
   if (c->lt) cublasLtDestroy(c->lt);
-  cudaFree(c->lt_ws);
-  cudaFree(c->status);
+  if (c->own_status) cudaFree(c->status);
   free(c);
 }
 
 extern "C" int rt_cuda_kernel_ctx_status(rt_CudaKernelCtx *c, char *err, size_t errlen) {
   int h = 0;
+  if (!c->status) return 0;
   cudaError_t e = cudaMemcpy(&h, c->status, sizeof h, cudaMemcpyDeviceToHost);
   if (e == cudaSuccess && h) e = cudaMemset(c->status, 0, sizeof(int));
   if (e != cudaSuccess) return fail(err, errlen, RT_KERNEL_EDEVICE, "cuda kernels", "%s", cudaGetErrorString(e));
@@ -186,7 +204,8 @@ static unsigned nblocks(int64_t n, int per) { return (unsigned)((n + per - 1) / 
  * partial sums in order) and write one partial sum per chunk; then a
  * thread per column adds the chunks' partial sums in order. The partial
  * sums live in the cuBLASLt workspace, which only this stream's matmuls
- * use, in stream order. COLSUM_* says what a row contributes. */
+ * use, in stream order; without room there, one chunk of all the rows adds
+ * its sums to the outputs itself. COLSUM_* says what a row contributes. */
 enum { COLSUM_DY, COLSUM_DY_XHAT_LN, COLSUM_DY_XHAT_RMS };
 #define COLSUM_TILE 32
 #define COLSUM_BLOCKS 528 /* 4 per multiprocessor of an H100 */
@@ -203,9 +222,10 @@ __device__ __forceinline__ float block_column_total(float v, float (*part)[COLSU
 }
 
 /* part0[chunk, c] = sum over the chunk's rows of dy[n,c] * f(n,c) (f = 1,
- * or x-hat for layernorm and rmsnorm); part1[chunk, c] the sum of dy. */
-__global__ void colsum_part_k(float *part0, float *part1, DV dy, DV x, const float *mean, const float *rstd,
-                              int64_t N, int64_t C, int64_t rows, int mode) {
+ * or x-hat for layernorm and rmsnorm); part1[chunk, c] the sum of dy. With
+ * no partial sums (one chunk): out0[c] += the first, out1[c] += the second. */
+__global__ void colsum_part_k(float *part0, float *part1, DV out0, DV out1, DV dy, DV x, const float *mean,
+                              const float *rstd, int64_t N, int64_t C, int64_t rows, int mode) {
   __shared__ float part[COLSUM_TILE][COLSUM_TILE + 1];
   int64_t c = (int64_t)blockIdx.x * COLSUM_TILE + threadIdx.x, n0 = (int64_t)blockIdx.y * rows;
   int64_t n1 = n0 + rows < N ? n0 + rows : N;
@@ -223,9 +243,13 @@ __global__ void colsum_part_k(float *part0, float *part1, DV dy, DV x, const flo
     }
   s0 = block_column_total(s0, part);
   s1 = block_column_total(s1, part);
-  if (threadIdx.y == 0 && c < C) {
+  if (threadIdx.y != 0 || c >= C) return;
+  if (part0) {
     part0[blockIdx.y * C + c] = s0;
     part1[blockIdx.y * C + c] = s1;
+  } else {
+    st(out0, c, ld(out0, c) + s0);
+    if (out1.p) st(out1, c, ld(out1, c) + s1);
   }
 }
 
@@ -242,14 +266,16 @@ __global__ void colsum_finish_k(DV out0, DV out1, const float *part0, const floa
 static void colsum(rt_CudaKernelCtx *k, DV out0, DV out1, DV dy, DV x, const float *mean, const float *rstd,
                    int64_t N, int64_t C, int mode) {
   int64_t tiles = (C + COLSUM_TILE - 1) / COLSUM_TILE, chunks = COLSUM_BLOCKS / tiles;
-  int64_t fit = (int64_t)(LT_WORKSPACE / (2 * sizeof(float))) / (C > 0 ? C : 1);
-  chunks = chunks > COLSUM_MAX_CHUNKS ? COLSUM_MAX_CHUNKS : chunks < 1 ? 1 : chunks;
+  int64_t fit = (int64_t)(k->lt_ws_bytes / (2 * sizeof(float))) / (C > 0 ? C : 1);
+  chunks = chunks > COLSUM_MAX_CHUNKS ? COLSUM_MAX_CHUNKS : chunks;
   chunks = chunks > fit ? fit : chunks;
+  if (chunks < 2) chunks = 1;
   int64_t rows = (N + chunks - 1) / chunks;
-  float *part0 = (float *)k->lt_ws, *part1 = part0 + chunks * C;
+  float *part0 = chunks > 1 ? (float *)k->lt_ws : NULL, *part1 = part0 ? part0 + chunks * C : NULL;
   colsum_part_k<<<dim3((unsigned)tiles, (unsigned)chunks), dim3(COLSUM_TILE, COLSUM_TILE), 0, k->stream>>>(
-      part0, part1, dy, x, mean, rstd, N, C, rows, mode);
-  colsum_finish_k<<<nblocks(C, THREADS), THREADS, 0, k->stream>>>(out0, out1, part0, part1, C, (int)chunks);
+      part0, part1, out0, out1, dy, x, mean, rstd, N, C, rows, mode);
+  if (part0)
+    colsum_finish_k<<<nblocks(C, THREADS), THREADS, 0, k->stream>>>(out0, out1, part0, part1, C, (int)chunks);
 }
 
 static int is_float(const rt_View *v) { return v->dtype == RT_F32 || v->dtype == RT_BF16 || v->dtype == RT_F16; }
@@ -563,7 +589,7 @@ static int plan_get(rt_CudaKernelCtx *c, const Plan *key, Plan **out, char *err,
   cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t res;
   int nres = 0;
-  size_t wsb = LT_WORKSPACE;
+  size_t wsb = c->lt_ws_bytes;
   ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb) ==
            CUBLAS_STATUS_SUCCESS &&
@@ -602,7 +628,7 @@ static int lt_matmul(rt_CudaKernelCtx *c, int64_t m, int64_t n, int64_t k, const
     return fail(err, errlen, RT_KERNEL_EDEVICE, "matmul", "cannot set the bias pointer");
   float alpha = 1.0f, beta = beta1 ? 1.0f : 0.0f;
   if (cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->lc, D, p->lc, &p->algo, c->lt_ws,
-                     LT_WORKSPACE, c->stream) != CUBLAS_STATUS_SUCCESS)
+                     c->lt_ws_bytes, c->stream) != CUBLAS_STATUS_SUCCESS)
     return fail(err, errlen, RT_KERNEL_EDEVICE, "matmul", "cublasLtMatmul failed");
   return 0;
 }

@@ -14,10 +14,20 @@
 typedef struct rt_CudaKernelCtx rt_CudaKernelCtx;
 
 /* stream is the cudaStream_t every kernel is launched on (NULL: the legacy
- * default stream). Allocates the cuBLASLt handle and workspace and a device
- * status word; returns 0 or RT_KERNEL_EDEVICE with a message. */
+ * default stream). Makes the cuBLASLt handle; allocates no device memory.
+ * Returns 0 or RT_KERNEL_EDEVICE with a message. */
 int rt_cuda_kernel_ctx_create(rt_CudaKernelCtx **ctx, void *stream, char *err, size_t errlen);
 void rt_cuda_kernel_ctx_destroy(rt_CudaKernelCtx *ctx);
+
+/* The device bytes the kernels may keep for the whole run, given before the
+ * first kernel: BYTES, N long (the plan's RT_RUNTIME_TENSOR). The first 256
+ * hold the status word, the rest is the cuBLASLt workspace and the column
+ * sums' scratch. With fewer than 256 (or none given), the first kernel
+ * allocates a 4-byte status word of its own and cuBLASLt runs with no
+ * workspace. */
+int rt_cuda_kernel_ctx_set_runtime(rt_CudaKernelCtx *ctx, void *bytes, int64_t n, char *err, size_t errlen);
+/* Makes the status word if no runtime bytes hold it; before each kernel. */
+int rt_cuda_kernel_ctx_ready(rt_CudaKernelCtx *ctx, char *err, size_t errlen);
 
 /* Kernels run asynchronously, so data errors that only the device sees (a
  * token or target outside [0, V)) are recorded in the context. After

@@ -74,6 +74,12 @@ typedef struct rt_Schedule {
 extern "C" {
 #endif
 
+/* The input tensor that holds what the backend keeps on the device for the
+ * whole run (the CUDA backend's status word and cuBLASLt workspace): the
+ * planner adds it when the device profile has runtime_bytes, so the budget
+ * counts it and the arena holds it. */
+#define RT_RUNTIME_TENSOR "ration.runtime"
+
 typedef enum rt_Status {
   RT_OK = 0,
   RT_EINVAL = -1,    /* bad argument: unknown tensor, wrong size, NULL */

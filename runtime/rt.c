@@ -341,6 +341,15 @@ static int build_steps(rt_Session *s) {
 
 static int run_steps(rt_Session *s, StepTimes *tm);
 
+/* The backend's own bytes, where the plan put them (a device buffer of the
+ * tensor RT_RUNTIME_TENSOR); without that tensor the backend gets none. */
+static int give_runtime_bytes(rt_Session *s) {
+  int t = rt_tensor_index(s, RT_RUNTIME_TENSOR), b = t >= 0 ? s->home[t] : -1;
+  if (b < 0 || !s->be->set_runtime) return RT_OK;
+  const rt_SchedBuffer *bf = &s->sc->buffers[b]; /* a home is a device buffer */
+  return s->be->set_runtime(s->ctx, s->dev + bf->offset, bf->bytes, s->err, sizeof s->err);
+}
+
 static void reset_states(rt_Session *s) {
   for (int b = 0; b < s->sc->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
   s->live = 0;
@@ -432,6 +441,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   }
   s->dev = dev;
   s->host = host;
+  if ((rc = give_runtime_bytes(s)) != RT_OK) goto done;
   if ((rc = build_steps(s)) != RT_OK) goto done;
   if ((rc = prepare_snapshot(s, (o.flags & RT_OPEN_ATOMIC) != 0)) != RT_OK) goto done;
   if (((o.flags & RT_OPEN_WARMUP) || s->be->warm_up) && (rc = warm_up(s)) != RT_OK) goto done;

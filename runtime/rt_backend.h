@@ -50,6 +50,9 @@ typedef struct rt_Backend {
    * the two marks of SLOT's last launch. */
   int (*mark)(void *ctx, int slot, bool end, char *err, size_t errlen);
   double (*marked_seconds)(void *ctx, int slot);
+  /* The arena bytes the plan set aside for the backend itself (the tensor
+   * RT_RUNTIME_TENSOR), before anything runs (NULL: it needs none). */
+  int (*set_runtime)(void *ctx, void *bytes, int64_t n, char *err, size_t errlen);
 } rt_Backend;
 
 /* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND and

@@ -134,7 +134,7 @@ void *cuda_kernel_ctx(void *ctx) {
 int cuda_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
   char kerr[256] = "";
-  if (fn(a, kerr, sizeof kerr) != 0) {
+  if (rt_cuda_kernel_ctx_ready(c->kctx, kerr, sizeof kerr) != 0 || fn(a, kerr, sizeof kerr) != 0) {
     snprintf(err, errlen, "kernel failed: %s", kerr[0] ? kerr : "no message");
     return RT_EKERNEL;
   }
@@ -180,6 +180,13 @@ int cuda_wait(void *ctx, int stream, int event, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
   CK(cudaStreamWaitEvent(c->st[stream], c->ev[event], 0), "stream wait");
   return RT_OK;
+}
+
+int cuda_set_runtime(void *ctx, void *bytes, int64_t n, char *err, size_t errlen) {
+  char kerr[256] = "";
+  if (rt_cuda_kernel_ctx_set_runtime(((Cuda *)ctx)->kctx, bytes, n, kerr, sizeof kerr) == 0) return RT_OK;
+  snprintf(err, errlen, "CUDA kernel context: %s", kerr);
+  return RT_EBACKEND;
 }
 
 /* The events of slots up to SLOT are made on first use: only profiled
@@ -242,7 +249,7 @@ const rt_Backend cuda_backend = {
     cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
     NULL, /* copy rates: not measured on the GPU yet */
     NULL, /* flush: a CUDA stream starts what it is given */
-    cuda_mark, cuda_marked_seconds,
+    cuda_mark, cuda_marked_seconds, cuda_set_runtime,
 };
 
 } // namespace
