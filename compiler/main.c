@@ -22,7 +22,7 @@ static void usage(void) {
           "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"
           "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"
           "  ration info GRAPH [--device D]\n"
-          "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N\n"
+          "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N --vocab-pad N\n"
           "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"
           "  ration report GRAPH --device D [--points N | --budgets LIST] [--strategies LIST]\n"
           "                    [--time-limit SEC] [--solver glpk|cbc] [--costs FILE] -o DIR\n"
@@ -229,9 +229,10 @@ static int cmd_model(int argc, char **argv) {
   ModelConfig c;
   if (model_defaults(argv[0], &c, &e)) die(&e);
   const char *out = NULL;
-  static const char *const int_opts[] = {"--layers", "--dim", "--heads", "--kv-heads",
-                                         "--ffn",    "--vocab", "--seq", "--batch"};
-  int *int_vals[] = {&c.layers, &c.dim, &c.heads, &c.kv_heads, &c.ffn, &c.vocab, &c.seq, &c.batch};
+  static const char *const int_opts[] = {"--layers", "--dim", "--heads", "--kv-heads", "--ffn",
+                                         "--vocab",  "--vocab-pad", "--seq", "--batch"};
+  int *int_vals[] = {&c.layers, &c.dim, &c.heads, &c.kv_heads, &c.ffn, &c.vocab, &c.vocab_pad, &c.seq, &c.batch};
+  const int nint = (int)(sizeof int_vals / sizeof int_vals[0]);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--tied")) {
@@ -242,8 +243,8 @@ static int cmd_model(int argc, char **argv) {
     if (i + 1 >= argc) die_usage("%s needs a value", a);
     const char *v = argv[++i];
     int k = 0;
-    while (k < 8 && strcmp(a, int_opts[k])) k++;
-    if (k < 8) {
+    while (k < nint && strcmp(a, int_opts[k])) k++;
+    if (k < nint) {
       *int_vals[k] = parse_int_opt(a, v);
     } else if (!strcmp(a, "--dtype")) {
       if (strcmp(v, "f32") && strcmp(v, "bf16")) die_usage("--dtype: \"%s\" is not f32 or bf16", v);

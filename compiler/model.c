@@ -244,7 +244,10 @@ static void loss_op(Builder *b, const char *type, const char *opname, int y, int
 
 static void build_lm(Builder *b, bool llama) {
   const ModelConfig *c = b->c;
-  int64_t B = c->batch, T = c->seq, C = c->dim, V = c->vocab, NH = c->heads;
+  int64_t B = c->batch, T = c->seq, C = c->dim, NH = c->heads;
+  /* A padded vocabulary (llm.c's): rows of wte and logits rounded up for
+   * aligned matmuls; crossentropy's "vocab" says how many are classes. */
+  int64_t V = c->vocab_pad > 1 ? (c->vocab + c->vocab_pad - 1) / c->vocab_pad * c->vocab_pad : c->vocab;
   int64_t KVH = c->kv_heads, hd = C / NH, F = c->ffn;
   int tokens = new_tensor(b, KIND_INPUT, DT_I32, SHAPE(B, T), "tokens");
   int targets = new_tensor(b, KIND_INPUT, DT_I32, SHAPE(B, T), "targets");
@@ -321,6 +324,7 @@ static void build_lm(Builder *b, bool llama) {
   bool tied = !llama || c->tied;
   int logits = matmul(b, "lm_head", h, V, false, tied ? wte : -1);
   loss_op(b, "crossentropy", "ce", logits, targets, true);
+  if (V > c->vocab) op_attr(b, &b->o[b->no - 1], "vocab", (double)c->vocab);
 }
 
 static int unet_block(Builder *b, const char *p, int x, int64_t oc) {
@@ -456,7 +460,7 @@ static const struct Rule {
     {"rope", "rope_backward", {R_DY, R_END}, {"qkv", NULL, NULL}, true},
     {"gelu", "gelu_backward", {R_DY, R_IN(0), R_END}, {"x", NULL, NULL}, false},
     {"swiglu", "swiglu_backward", {R_DY, R_IN(0), R_END}, {"gu", NULL, NULL}, false},
-    {"crossentropy", "crossentropy_backward", {R_IN(0), R_OUT(1), R_IN(1), R_END}, {"logits", "targets", NULL}, false},
+    {"crossentropy", "crossentropy_backward", {R_IN(0), R_OUT(1), R_IN(1), R_END}, {"logits", "targets", NULL}, true},
     {"conv2d", "conv2d_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "b"}, true},
     {"downsample", "downsample_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "b"}, true},
     {"group_norm", "group_norm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_OUT(2), R_END}, {"x", "w", "b"}, true},
@@ -710,6 +714,7 @@ static int check_config(const ModelConfig *c, ModelConfig *out, Err *e) {
               {"--kv-heads", out->kv_heads, MODEL_MAX_DIM, lm},
               {"--ffn", out->ffn, MODEL_MAX_DIM, lm},
               {"--vocab", out->vocab, MODEL_MAX_DIM, lm},
+              {"--vocab-pad", out->vocab_pad ? out->vocab_pad : 1, MODEL_MAX_DIM, lm},
               {"--seq", out->seq, MODEL_MAX_DIM, true},
               {"--batch", out->batch, MODEL_MAX_DIM, true}};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)

@@ -540,6 +540,7 @@ typedef struct ModelConfig {
   const char *family; /* gpt2 | llama | unet */
   const char *name;   /* the graph's "name" */
   int layers, dim, heads, kv_heads, ffn, vocab, seq, batch;
+  int vocab_pad; /* 0 or 1: none; else wte and the logits have vocab rounded up to a multiple */
   DType dtype; /* f32 or bf16: params, grads and activations */
   bool tied;   /* lm head shares wte (always for gpt2) */
   double eps, theta, lr, weight_decay;

@@ -50,11 +50,12 @@ for m in gpt2-tiny llama-tiny; do
 done
 plan gpt2-tiny-offload-all models/gpt2-tiny.json offload-all
 # gpt2-124m at batch 8, bf16, T 1024: the vocabulary as GPT-2 has it (50257,
-# an odd leading dimension) and padded to a multiple of 128 as llm.c does.
-for v in 50257 50304; do
-  g=$O/g124v$v.json
-  $R model gpt2 --layers 12 --dim 768 --heads 12 --vocab $v --seq 1024 --batch 8 --dtype bf16 \
-    --name g124v$v -o $g
+# an odd leading dimension) and padded to 50304, a multiple of 128, as llm.c
+# does (--vocab-pad: the loss is over the 50257 real classes).
+for pad in 1 128; do
+  v=$(( (50257 + pad - 1) / pad * pad ))
+  $R model gpt2 --layers 12 --dim 768 --heads 12 --vocab 50257 --vocab-pad $pad --seq 1024 --batch 8 --dtype bf16 \
+    --name g124v$v -o $O/g124v$v.json
 done
 plan g124v50257-keep-all $O/g124v50257.json keep-all
 plan g124-keep-all $O/g124v50304.json keep-all

@@ -66,6 +66,13 @@ int rt_kernel_register(const char *type, rt_KernelFn fn);
 rt_KernelFn rt_kernel_find(const char *type);
 /* The value of attribute `key`, or dflt when the op does not carry it. */
 double rt_attr(const rt_KernelArgs *a, const char *key, double dflt);
+/* crossentropy's vocabulary: attribute "vocab", the first columns of rows
+ * LD long (a padded vocabulary), or LD without it; -1 when it is not an
+ * integer in [1, LD]. */
+static inline int64_t rt_vocab(const rt_KernelArgs *a, int64_t LD) {
+  double v = rt_attr(a, "vocab", (double)LD);
+  return v >= 1 && v <= (double)LD && v == (double)(int64_t)v ? (int64_t)v : -1;
+}
 
 /* Storage helpers, shared by every kernel and inline so that the kernels'
  * inner loops do not pay a call per element. bf16 rounds to nearest even;

@@ -781,12 +781,14 @@ static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
 /* ----------------------------------------------------------- crossentropy */
 
 /* The mean loss is summed in double over rows in order: one number, fixed
- * order, and no f32 drift over B*T terms. */
+ * order, and no f32 drift over B*T terms. Rows are LD long, of which the
+ * first V are the vocabulary (a padded vocabulary's other columns are not
+ * classes). */
 static void crossentropy_forward(float *loss, float *lse, const rt_View *logits, const int32_t *tgt,
-                                 int64_t N, int64_t V) {
+                                 int64_t N, int64_t V, int64_t LD) {
   double total = 0.0;
   for (int64_t n = 0; n < N; n++) {
-    int64_t o = n * V;
+    int64_t o = n * LD;
     float mx = -INFINITY;
     for (int64_t v = 0; v < V; v++) {
       float l = rt_load(logits, o + v);
@@ -802,16 +804,18 @@ static void crossentropy_forward(float *loss, float *lse, const rt_View *logits,
 }
 
 static void crossentropy_backward(const rt_View *dlogits, const rt_View *logits, const float *lse,
-                                  const int32_t *tgt, int64_t N, int64_t V) {
+                                  const int32_t *tgt, int64_t N, int64_t V, int64_t LD) {
   float inv = 1.0f / (float)N;
   for (int64_t n = 0; n < N; n++) {
-    int64_t o = n * V;
+    int64_t o = n * LD;
     for (int64_t v = 0; v < V; v++) {
       float p = expf(rt_load(logits, o + v) - lse[n]);
       rt_store(dlogits, o + v, (p - (v == tgt[n] ? 1.0f : 0.0f)) * inv);
     }
+    for (int64_t v = V; v < LD; v++) rt_store(dlogits, o + v, 0.0f);
   }
 }
+
 
 static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "crossentropy";
@@ -822,9 +826,11 @@ static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
           "logits must be float [B,T,V], targets i32 [B,T]");
   REQUIRE(loss->dtype == RT_F32 && loss->numel == 1 && lse->dtype == RT_F32 && lse->numel == N,
           "loss must be f32 [1], lse f32 [B,T]");
-  int rc = check_tokens(tgt->data, N, V, err, errlen, OP);
+  int64_t nv = rt_vocab(a, V);
+  REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
+  int rc = check_tokens(tgt->data, N, nv, err, errlen, OP);
   if (rc) return rc;
-  crossentropy_forward(loss->data, lse->data, logits, tgt->data, N, V);
+  crossentropy_forward(loss->data, lse->data, logits, tgt->data, N, nv, V);
   return 0;
 }
 
@@ -836,9 +842,11 @@ static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(is_float(logits) && is_float(dl) && dl->numel == logits->numel, "logits, dlogits must be float [B,T,V]");
   REQUIRE(lse->dtype == RT_F32 && lse->numel == N && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
           "lse must be f32 [B,T], targets i32 [B,T]");
-  int rc = check_tokens(tgt->data, N, V, err, errlen, OP);
+  int64_t nv = rt_vocab(a, V);
+  REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
+  int rc = check_tokens(tgt->data, N, nv, err, errlen, OP);
   if (rc) return rc;
-  crossentropy_backward(dl, logits, lse->data, tgt->data, N, V);
+  crossentropy_backward(dl, logits, lse->data, tgt->data, N, nv, V);
   return 0;
 }
 

@@ -1334,10 +1334,11 @@ __device__ float block_max(float v, float *scratch) {
   return m;
 }
 
-/* A block per row: the row's max, then the sum of exponentials. */
-__global__ void crossentropy_lse_k(float *lse, DV logits, int64_t V) {
+/* A block per row: the row's max, then the sum of exponentials. Rows are
+ * LD long, of which the first V are the vocabulary (kernels_cpu.c). */
+__global__ void crossentropy_lse_k(float *lse, DV logits, int64_t V, int64_t LD) {
   __shared__ float scratch[THREADS / 32];
-  int64_t o = (int64_t)blockIdx.x * V;
+  int64_t o = (int64_t)blockIdx.x * LD;
   float mx = -INFINITY;
   for (int64_t v = threadIdx.x; v < V; v += THREADS) mx = fmaxf(mx, ld(logits, o + v));
   mx = block_max(mx, scratch);
@@ -1350,7 +1351,7 @@ __global__ void crossentropy_lse_k(float *lse, DV logits, int64_t V) {
 /* The mean over rows, in double: each thread sums every THREADS-th row in
  * order, then one thread adds the partial sums in order. */
 __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, const int *tgt, int64_t N, int64_t V,
-                                    int *status) {
+                                    int64_t LD, int *status) {
   __shared__ double part[THREADS];
   double total = 0.0;
   for (int64_t n = threadIdx.x; n < N; n += THREADS) {
@@ -1359,7 +1360,7 @@ __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, co
       *status = 1;
       continue;
     }
-    total += (double)(lse[n] - ld(logits, n * V + t));
+    total += (double)(lse[n] - ld(logits, n * LD + t));
   }
   part[threadIdx.x] = total;
   __syncthreads();
@@ -1372,16 +1373,17 @@ __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, co
 
 /* A block per row. */
 __global__ void crossentropy_backward_k(DV dl, DV logits, const float *lse, const int *tgt, int64_t N, int64_t V,
-                                        int *status) {
-  int64_t n = blockIdx.x, o = n * V;
+                                        int64_t LD, int *status) {
+  int64_t n = blockIdx.x, o = n * LD;
   float inv = 1.0f / (float)N, L = lse[n];
   int t = tgt[n];
   if (threadIdx.x == 0 && (t < 0 || t >= V)) *status = 1;
-  for (int64_t v = threadIdx.x; v < V; v += THREADS) {
-    float p = expf(ld(logits, o + v) - L);
-    st(dl, o + v, (p - (v == t ? 1.0f : 0.0f)) * inv);
+  for (int64_t v = threadIdx.x; v < LD; v += THREADS) {
+    float p = v < V ? expf(ld(logits, o + v) - L) : 0.0f;
+    st(dl, o + v, v < V ? (p - (v == t ? 1.0f : 0.0f)) * inv : 0.0f);
   }
 }
+
 
 static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "crossentropy";
@@ -1392,10 +1394,12 @@ static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
           "logits must be float [B,T,V], targets i32 [B,T]");
   REQUIRE(loss->dtype == RT_F32 && loss->numel == 1 && lse->dtype == RT_F32 && lse->numel == N,
           "loss must be f32 [1], lse f32 [B,T]");
+  int64_t nv = rt_vocab(a, V);
+  REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
   rt_CudaKernelCtx *c = ctx_of(a);
-  crossentropy_lse_k<<<(unsigned)N, THREADS, 0, c->stream>>>((float *)lse->data, dv(logits), V);
+  crossentropy_lse_k<<<(unsigned)N, THREADS, 0, c->stream>>>((float *)lse->data, dv(logits), nv, V);
   crossentropy_loss_k<<<1, THREADS, 0, c->stream>>>((float *)loss->data, (const float *)lse->data, dv(logits),
-                                               (const int *)tgt->data, N, V, c->status);
+                                               (const int *)tgt->data, N, nv, V, c->status);
   return launched(err, errlen, OP);
 }
 
@@ -1407,9 +1411,11 @@ static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(is_float(logits) && is_float(dl) && dl->numel == logits->numel, "logits, dlogits must be float [B,T,V]");
   REQUIRE(lse->dtype == RT_F32 && lse->numel == N && tgt->dtype == RT_I32 && tgt->numel == N && N > 0,
           "lse must be f32 [B,T], targets i32 [B,T]");
+  int64_t nv = rt_vocab(a, V);
+  REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
   rt_CudaKernelCtx *c = ctx_of(a);
   crossentropy_backward_k<<<(unsigned)N, THREADS, 0, c->stream>>>(
-      dv(dl), dv(logits), (const float *)lse->data, (const int *)tgt->data, N, V, c->status);
+      dv(dl), dv(logits), (const float *)lse->data, (const int *)tgt->data, N, nv, V, c->status);
   return launched(err, errlen, OP);
 }
 

@@ -1,4 +1,5 @@
-# t_step_torch.sh - one whole training step of gpt2-tiny and llama-tiny,
+# t_step_torch.sh - one whole training step of gpt2-tiny, llama-tiny and a
+# gpt2 with a padded vocabulary,
 # emitted as a C schedule and run on libration's CPU backend (debug mode),
 # against PyTorch (Debian's python3-torch, installed by the Makefile): same
 # initial weights and batch, compare the loss, every gradient, the AdamW
@@ -12,8 +13,12 @@ if ! $PY -c 'import torch, numpy' 2>"$tmp/err"; then
   fail "torch importable by $PY" "$(tail -1 "$tmp/err") (the Makefile's DEB_PKGS installs python3-torch)"
   t_done; exit 0
 fi
-for name in gpt2-tiny llama-tiny; do
+# gpt2-pad: a vocabulary of 250 padded to 256 (--vocab-pad), as llm.c pads GPT-2's.
+$RATION model gpt2 --layers 2 --dim 64 --heads 4 --vocab 250 --vocab-pad 128 --seq 32 --batch 2 --dtype f32 --name gpt2-pad \
+  -o "$tmp/gpt2-pad.json" >/dev/null
+for name in gpt2-tiny llama-tiny gpt2-pad; do
   m=models/$name.json
+  [ -f "$m" ] || m=$tmp/$name.json
   id=$(echo "$name" | tr -c 'A-Za-z0-9\n' '_')
   mkdir -p "$tmp/$name"
   if ! $RATION plan $m --device budgets/cpu.json -o "$tmp/$name" >"$tmp/log" 2>&1 ||

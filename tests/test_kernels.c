@@ -139,6 +139,9 @@ static const GradCase cases[] = {
    1, {0}, {0}, {{0}}, 0, 0, 0},
   {"crossentropy", "crossentropy", "crossentropy_backward", 2, {F3(2, 3, 7), I2(2, 3, 7)}, 2,
    {{'s', 1, {1}, 0}, S2(2, 3)}, 0, 1, 3, {0, SRC_OUT + 1, 1}, 1, {0}, {0}, {{0}}, 0, 0, 0},
+  /* A padded vocabulary: 7 classes in rows of 9; the last 2 get no gradient. */
+  {"crossentropy_padded", "crossentropy", "crossentropy_backward", 2, {F3(2, 3, 9), I2(2, 3, 7)}, 2,
+   {{'s', 1, {1}, 0}, S2(2, 3)}, 0, 1, 3, {0, SRC_OUT + 1, 1}, 1, {0}, {0}, {{"vocab", 7}}, 1, 0, 0},
   /* Larger shapes: long sums, kv heads shared by 4 query heads. */
   {"matmul_big", "matmul", "matmul_backward", 3, {F3(2, 16, 64), F2(48, 64), F1(48)}, 1,
    {F3(2, 16, 48)}, 0, 0, 3, {SRC_DY, 0, 1}, 3, {0, 1, 2}, {0, 1, 1}, {{0}}, 0, 0, 0},

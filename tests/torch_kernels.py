@@ -95,7 +95,8 @@ def forward(op, ins, a):
         return [F.silu(g) * u]
     if op == "crossentropy":
         lg, tg = ins
-        V = lg.shape[-1]
+        V = int(a.get("vocab", lg.shape[-1]))  # a padded vocabulary's classes
+        lg = lg[..., :V]
         return [F.cross_entropy(lg.reshape(-1, V), tg.reshape(-1)).reshape(1), torch.logsumexp(lg, -1)]
     raise ValueError("no torch reference for " + op)
 
