@@ -20,8 +20,11 @@ BIN     := bin/ration
 endif
 
 # Debian packages the build and tests need; installed when missing.
+# libopenblas0-pthread: the CPU kernels' GEMM, loaded at run time from its
+# own directory (runtime/kernels_fast.c): the build that may be called from
+# several threads at once, whichever BLAS the system's alternatives name.
 DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config python3-torch python3-numpy \
-            clang libclang-rt-dev valgrind
+            clang libclang-rt-dev valgrind libopenblas0-pthread
 DEPS_STAMP := build/.deps-ok
 
 # The browser test renders report.html in headless Chromium, which is large:

@@ -7,7 +7,8 @@
  *
  * Build: cc -DSCHED_HEADER='"NAME.sched.h"' -DSCHED_ENTRY=ration_schedule_NAME
  *        train.c NAME.sched.c libration.a -lm -lpthread
- * Run:   train [--steps N] [--data FILE] [--profile OUT.costs.json] [--seed S] [--sample BYTES]
+ * Run:   train [--steps N] [--threads N] [--data FILE] [--profile OUT.costs.json] [--seed S] [--sample BYTES]
+ *        (--threads: the CPU backend's kernel threads, default every core)
  */
 #include SCHED_HEADER
 #include "kernels.h"
@@ -142,17 +143,19 @@ static void sample(rt_Session *s, const char *prompt, int n, double temperature)
 }
 
 int main(int argc, char **argv) {
-  int steps = 300, sample_len = 160;
+  int steps = 300, sample_len = 160, threads = 0;
   const char *data_path = "/usr/share/common-licenses/GPL-3", *profile = NULL;
   unsigned seed = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--data") && i + 1 < argc) data_path = argv[++i];
     else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "--sample") && i + 1 < argc) sample_len = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--steps N] [--data FILE] [--profile OUT] [--seed S] [--sample BYTES]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--steps N] [--threads N] [--data FILE] [--profile OUT] [--seed S] [--sample BYTES]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -181,7 +184,8 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  rt_Options opt = {.backend = RT_BACKEND_AUTO, .flags = profile ? RT_OPEN_PROFILE : 0u, .seed = seed};
+  rt_Options opt = {.backend = RT_BACKEND_AUTO, .flags = profile ? RT_OPEN_PROFILE : 0u, .seed = seed,
+                    .threads = threads};
   rt_Session *s;
   char err[512];
   int rc = rt_open(S, &opt, &s, err, sizeof err);
@@ -194,8 +198,8 @@ int main(int argc, char **argv) {
   int64_t nparam = 0;
   for (int t = 0; t < S->ntensors; t++)
     if (S->tensors[t].kind == KIND_PARAM) nparam += S->tensors[t].bytes;
-  printf("schedule %s: graph %s, strategy %s, %lld bytes of params, %s backend\n", S->name, S->graph_name,
-         S->strategy, (long long)nparam, st.backend);
+  printf("schedule %s: graph %s, strategy %s, %lld bytes of params, %s backend, kernels: %s\n", S->name,
+         S->graph_name, S->strategy, (long long)nparam, st.backend, st.kernels);
   if ((rc = rt_init_params(s, seed, 0.02)) != RT_OK) {
     fprintf(stderr, "train: %s\n", rt_error(s));
     return 1;
@@ -229,8 +233,9 @@ int main(int argc, char **argv) {
       times[timed++] = st.step_seconds;
     }
     if (it == 1 || it % 25 == 0 || it == steps)
-      printf("step %4d  loss %.4f  (%.1f ms/step: kernels %.1f, waiting for copies %.1f)\n", it, l,
-             1e3 * st.step_seconds, 1e3 * st.kernel_seconds, 1e3 * st.wait_seconds);
+      printf("step %4d  loss %.4f  (%.1f ms/step, %.0f tokens/s: kernels %.1f, waiting for copies %.1f)\n", it, l,
+             1e3 * st.step_seconds, (double)(B * T) / st.step_seconds, 1e3 * st.kernel_seconds,
+             1e3 * st.wait_seconds);
   }
   printf("loss %.4f at step 1, %.4f over the last %d steps (ln 256 = %.4f)\n", first_loss, tail_loss, tail,
          log(256.0));
@@ -242,10 +247,10 @@ int main(int argc, char **argv) {
   if (timed) {
     qsort(times, (size_t)timed, sizeof *times, cmp_double);
     double median = timed % 2 ? times[timed / 2] : 0.5 * (times[timed / 2 - 1] + times[timed / 2]);
-    printf("step time: predicted %.3f ms, measured %.3f ms (median of %d steps; predicted/measured %.3f); "
-           "executor overhead %.3f%% of the step\n",
+    printf("step time: predicted %.3f ms, measured %.3f ms (median of %d steps; predicted/measured %.3f), "
+           "%.0f tokens/s; executor overhead %.3f%% of the step\n",
            1e3 * S->predicted_step_seconds, 1e3 * median, timed, S->predicted_step_seconds / median,
-           100.0 * sum_over / sum_step);
+           (double)(B * T) / median, 100.0 * sum_over / sum_step);
   }
   free(times);
   if (profile) {

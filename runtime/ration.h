@@ -99,12 +99,15 @@ enum {
   RT_OPEN_WARMUP = 4u,  /* run the schedule once at open on zeroed arenas, then zero them:
                            per-shape kernel plans are chosen before the first step (the
                            CUDA backend always does this) */
-  RT_OPEN_ATOMIC = 8u   /* a failed rt_step leaves params and optimizer state as they were,
+  RT_OPEN_ATOMIC = 8u,  /* a failed rt_step leaves params and optimizer state as they were,
                            even when an optimizer op fails: they are copied to host memory
                            before the optimizer ops of every step (their bytes again in host
                            memory, and a copy per step). Without it a failure before the
                            optimizer ops changes nothing either; one among them says how many
                            had run. */
+  RT_OPEN_REFERENCE = 16u /* the CPU backend runs the reference kernels (one thread, the loops
+                             the tests check against) instead of its fast ones;
+                             RATION_KERNELS=reference in the environment sets it */
 };
 
 typedef struct rt_Options {
@@ -113,12 +116,18 @@ typedef struct rt_Options {
   unsigned seed;          /* debug-mode copy delays */
   unsigned delay_us;      /* debug mode: 0 delays each copy at random (up to 2 ms),
                              else exactly this long */
+  int threads;            /* CPU backend: threads its kernels run on, the calling thread
+                             included; 0 every core the process may run on. Losses, grads
+                             and weights do not depend on it (the work is split by shape) */
 } rt_Options;
 
 typedef struct rt_Session rt_Session;
 
 typedef struct rt_Stats {
   const char *backend;
+  const char *kernels;       /* which kernels run: on the CPU "reference", or the fast ones
+                                with their thread count and GEMM ("fast, 2 threads, OpenBLAS
+                                0.3.21 ..."); on CUDA the backend's name */
   int64_t arena_bytes, host_bytes;
   int64_t live_high_water;   /* max live device bytes over every step run */
   int64_t steps;             /* training steps run */

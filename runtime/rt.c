@@ -387,10 +387,12 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
     return RT_ENOMEM;
   }
   int rc = RT_OK;
-  rt_Options o = {RT_BACKEND_AUTO, 0, 1, 0};
+  rt_Options o = {RT_BACKEND_AUTO, 0, 1, 0, 0};
   if (opt) o = *opt;
   const char *dbg = getenv("RATION_DEBUG");
   if (dbg && !strcmp(dbg, "1")) o.flags |= RT_OPEN_DEBUG;
+  const char *kernels = getenv("RATION_KERNELS");
+  if (kernels && !strcmp(kernels, "reference")) o.flags |= RT_OPEN_REFERENCE;
   s->debug = (o.flags & RT_OPEN_DEBUG) != 0;
   s->profile = (o.flags & RT_OPEN_PROFILE) != 0;
   s->sc = sched;
@@ -442,6 +444,9 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   s->dev = dev;
   s->host = host;
   if ((rc = give_runtime_bytes(s)) != RT_OK) goto done;
+  if (s->be == &rt_backend_cpu &&
+      (rc = rt_cpu_configure(s->ctx, o.threads, (o.flags & RT_OPEN_REFERENCE) != 0, s->err, sizeof s->err)) != RT_OK)
+    goto done;
   if ((rc = build_steps(s)) != RT_OK) goto done;
   if ((rc = prepare_snapshot(s, (o.flags & RT_OPEN_ATOMIC) != 0)) != RT_OK) goto done;
   if (((o.flags & RT_OPEN_WARMUP) || s->be->warm_up) && (rc = warm_up(s)) != RT_OK) goto done;
@@ -810,6 +815,7 @@ int rt_stats(const rt_Session *s, rt_Stats *st) {
   if (!s || !st) return RT_EINVAL;
   *st = s->stats;
   st->backend = s->be->name;
+  st->kernels = s->be == &rt_backend_cpu ? rt_cpu_kernels_name(s->ctx) : s->be->name;
   st->arena_bytes = s->sc->arena_bytes;
   st->host_bytes = s->sc->host_bytes;
   st->live_high_water = s->hwm;

@@ -63,6 +63,11 @@ bool rt_fault_hit(int kind);
 void *rt_calloc(size_t n, size_t size);
 
 extern const rt_Backend rt_backend_cpu;
+/* The CPU backend's kernels, chosen once after open: the reference ones,
+ * or the fast ones on THREADS threads (0: every core). */
+int rt_cpu_configure(void *ctx, int threads, bool reference, char *err, size_t errlen);
+/* What the CPU backend runs, for rt_Stats.kernels. */
+const char *rt_cpu_kernels_name(void *ctx);
 /* The CUDA backend when libration was built with it and a device exists,
  * else NULL with the reason in err. */
 const rt_Backend *rt_backend_cuda_get(char *err, size_t errlen);

@@ -1,5 +1,6 @@
 /*
- * rt_cpu.c - the CPU backend. Compute runs on the caller's thread; the D2H
+ * rt_cpu.c - the CPU backend. Compute runs on the caller's thread and the
+ * kernels' pool (rt_pool.c), which it hands every kernel; the D2H
  * and H2D streams are each a real thread draining a FIFO of jobs (copy,
  * fill, record an event, wait for an event), so a wait missing from a
  * schedule is a real race, not a modelled one. In debug mode every copy
@@ -8,6 +9,7 @@
  * issuing a copy seldom costs the compute thread a wake-up (see Cpu). Job
  * rings and arenas are allocated at open; the step path only enqueues.
  */
+#include "kernels_fast.h"
 #include "rt_backend.h"
 
 #include <pthread.h>
@@ -81,6 +83,8 @@ typedef struct Cpu {
   atomic_int poller;       /* the stream whose thread polls, or 0 */
   atomic_llong next_look_ns; /* by when the poller will have looked at the rings again */
   Stream streams[3];       /* [RT_STREAM_D2H], [RT_STREAM_H2D] are threads */
+  rt_Pool *pool;           /* the kernels' threads; NULL: the reference kernels */
+  char kernels[256];       /* rt_Stats.kernels */
 } Cpu;
 
 static void *xalloc_arena(int64_t bytes) {
@@ -306,6 +310,7 @@ static void cpu_close(void *ctx) {
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_destroy(&c->streams[s].cv);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv_host);
+  rt_pool_close(c->pool);
   free(c->dev);
   free(c->host);
   free(c->issued);
@@ -354,6 +359,30 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
 
 static rt_KernelFn cpu_find_kernel(const char *type) {
   return rt_kernel_find(type);
+}
+
+int rt_cpu_configure(void *ctx, int threads, bool reference, char *err, size_t errlen) {
+  Cpu *c = ctx;
+  if (reference) {
+    snprintf(c->kernels, sizeof c->kernels, "reference");
+    return RT_OK;
+  }
+  char perr[128] = "";
+  if (rt_pool_open(&c->pool, threads, perr, sizeof perr) != 0) {
+    snprintf(err, errlen, "kernel threads: %s", perr);
+    return threads < 0 ? RT_EINVAL : RT_ENOMEM;
+  }
+  int n = rt_pool_threads(c->pool);
+  snprintf(c->kernels, sizeof c->kernels, "fast, %d thread%s, %s", n, n == 1 ? "" : "s", rt_sgemm_name());
+  return RT_OK;
+}
+
+const char *rt_cpu_kernels_name(void *ctx) {
+  return ((Cpu *)ctx)->kernels;
+}
+
+static void *cpu_kernel_ctx(void *ctx) {
+  return ((Cpu *)ctx)->pool;
 }
 
 static int cpu_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen) {
@@ -451,7 +480,7 @@ const rt_Backend rt_backend_cpu = {
     .open = cpu_open,
     .close = cpu_close,
     .find_kernel = cpu_find_kernel,
-    .kernel_ctx = NULL,
+    .kernel_ctx = cpu_kernel_ctx,
     .launch = cpu_launch,
     .copy = cpu_copy,
     .fill = cpu_fill,

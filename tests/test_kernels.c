@@ -1,11 +1,12 @@
 /*
  * test_kernels.c - the CPU kernels against finite differences of their own
  * forwards, bf16 storage against f32, adamw against its scalar formula,
- * matmul against a naive loop, determinism and the registry. With
+ * matmul against a naive loop, determinism and the registry, and the
+ * fast kernels (run on a pool) against the reference ones. With
  * `--dump DIR` it instead writes every case's inputs and outputs for
  * tests/torch_kernels.py (run by tests/t_kernels_torch.sh).
  */
-#include "kernels.h"
+#include "kernels_fast.h"
 #include "test.h"
 
 #include <math.h>
@@ -62,6 +63,10 @@ static rt_View mkview(rt_DType dt, int rank, const int64_t *shape) {
   return v;
 }
 
+/* The kernels' backend_ctx: NULL runs the reference kernels, a pool the
+ * fast ones. */
+static rt_Pool *kctx;
+
 static int call(const char *type, const rt_View *out, int nout, const rt_View *in, int nin,
                 const rt_Attr *attrs, int nattrs, void *ws, int64_t wsb, int64_t step, char *err) {
   rt_KernelFn fn = rt_kernel_find(type);
@@ -69,7 +74,7 @@ static int call(const char *type, const rt_View *out, int nout, const rt_View *i
     snprintf(err, 256, "no kernel %s", type);
     return -100;
   }
-  rt_KernelArgs a = {out, nout, in, nin, ws, wsb, attrs, nattrs, step, NULL};
+  rt_KernelArgs a = {out, nout, in, nin, ws, wsb, attrs, nattrs, step, kctx};
   err[0] = 0;
   return fn(&a, err, 256);
 }
@@ -510,9 +515,92 @@ static void test_attention_causal(void) {
   T_CHECK(memcmp((float *)y0.data + T * yrow, (float *)t.out[0].data + T * yrow, (size_t)(T * yrow) * sizeof(float)) == 0);
 }
 
-/* ---------------------------------------------------------------- dump */
-
 static const char *dtname(rt_DType d) { return d == RT_F32 ? "f32" : d == RT_BF16 ? "bf16" : "i32"; }
+
+/* ------------------------------------------------------ the fast kernels */
+
+/* Shapes past every block edge of the fast path: more rows than a matmul
+ * block, a ragged last query block (T = 150 against 64), layernorm wider
+ * than a column chunk, elementwise ops over several chunks. */
+static const GradCase fast_cases[] = {
+  {"encoder", "encoder", "encoder_backward", 3, {I2(4, 64, 50), F2(50, 96), F2(64, 96)}, 1,
+   {F3(4, 64, 96)}, 0, 0, 2, {SRC_DY, 0}, 2, {1, 2}, {1, 1}, {{0}}, 0, 0, 1},
+  {"embedding", "embedding", "embedding_backward", 2, {I2(4, 64, 30), F2(30, 96)}, 1, {F3(4, 64, 96)},
+   0, 0, 2, {SRC_DY, 0}, 1, {1}, {1}, {{0}}, 0, 0, 1},
+  {"layernorm", "layernorm", "layernorm_backward", 3, {F3(4, 40, 300), F1(300), F1(300)}, 3,
+   {F3(4, 40, 300), S2(4, 40), S2(4, 40)}, 0, 0, 5, {SRC_DY, 0, 1, SRC_OUT + 1, SRC_OUT + 2}, 3,
+   {0, 1, 2}, {0, 1, 1}, {{"eps", 1e-5}}, 1, 0, 0},
+  {"rmsnorm", "rmsnorm", "rmsnorm_backward", 2, {F3(4, 40, 300), F1(300)}, 2, {F3(4, 40, 300), S2(4, 40)},
+   0, 0, 4, {SRC_DY, 0, 1, SRC_OUT + 1}, 2, {0, 1}, {0, 1}, {{"eps", 1e-5}}, 1, 0, 0},
+  {"matmul", "matmul", "matmul_backward", 3, {F3(4, 100, 96), F2(80, 96), F1(80)}, 1, {F3(4, 100, 80)},
+   0, 0, 3, {SRC_DY, 0, 1}, 3, {0, 1, 2}, {0, 1, 1}, {{0}}, 0, 0, 0},
+  {"attention", "attention", "attention_backward", 1, {F3(2, 150, 128)}, 2,
+   {F3(2, 150, 64), S3(2, 4, 150)}, 0, 0, 4, {SRC_DY, 0, SRC_OUT + 0, SRC_OUT + 1}, 1, {0}, {0},
+   {{"heads", 4}, {"kv_heads", 2}}, 2, 2 * 150 * 64 * 4, 0},
+  {"rope", "rope", "rope_backward", 1, {F3(2, 150, 128)}, 1, {F3(2, 150, 128)}, 0, 0, 1, {SRC_DY}, 1,
+   {0}, {0}, {{"heads", 4}, {"kv_heads", 2}, {"theta", 100.0}}, 3, 0, 0},
+  {"gelu", "gelu", "gelu_backward", 1, {F3(4, 100, 96)}, 1, {F3(4, 100, 96)}, 0, 0, 2, {SRC_DY, 0}, 1,
+   {0}, {0}, {{0}}, 0, 0, 0},
+  {"swiglu", "swiglu", "swiglu_backward", 1, {F3(4, 100, 96)}, 1, {F3(4, 100, 48)}, 0, 0, 2, {SRC_DY, 0},
+   1, {0}, {0}, {{0}}, 0, 0, 0},
+  {"crossentropy", "crossentropy", "crossentropy_backward", 2, {F3(4, 100, 77), I2(4, 100, 77)}, 2,
+   {{'s', 1, {1}, 0}, S2(4, 100)}, 0, 1, 3, {0, SRC_OUT + 1, 1}, 1, {0}, {0}, {{0}}, 0, 0, 0},
+};
+#define NFAST ((int)(sizeof fast_cases / sizeof fast_cases[0]))
+
+/* Largest |x - y| over X's largest |x| (at least 1). */
+static double rel_diff(const rt_View *x, const rt_View *y) {
+  double d = 0.0, m = 1.0;
+  for (int64_t j = 0; j < x->numel; j++) {
+    double a = rt_load(x, j), b = rt_load(y, j);
+    if (fabs(a - b) > d || a != a || b != b) d = a != a || b != b ? INFINITY : fabs(a - b);
+    if (fabs(a) > m) m = fabs(a);
+  }
+  return d / m;
+}
+
+/* The fast kernels (a pool of 1 and of 2 threads) against the reference
+ * (no pool): within the dtype's tolerance, forward and backward (the
+ * backward fed the reference's forward outputs), and bitwise equal to each
+ * other whatever the thread count. */
+static void check_fast(const GradCase *c, rt_DType dt, rt_Pool *p1, rt_Pool *p2) {
+  Inst r, f1, f2;
+  char err[256];
+  double tol = dt == RT_F32 ? 2e-5 : 1.6e-2, worst = 0.0;
+  inst_make(&r, c, dt, 31);
+  inst_make(&f1, c, dt, 31);
+  inst_make(&f2, c, dt, 31);
+  kctx = NULL;
+  T_CHECKF(run_fwd(&r, err) == 0, "%s", err);
+  kctx = p1;
+  T_CHECKF(run_fwd(&f1, err) == 0, "%s", err);
+  kctx = p2;
+  T_CHECKF(run_fwd(&f2, err) == 0, "%s", err);
+  for (int o = 0; o < c->nout; o++) {
+    double d = rel_diff(&r.out[o], &f1.out[o]);
+    if (d > worst) worst = d;
+    T_CHECKF(d <= tol, "%s %s forward output %d: %g", c->name, dtname(dt), o, d);
+    T_CHECKF(memcmp(f1.out[o].data, f2.out[o].data, vbytes(&f1.out[o])) == 0, "%s: 1 and 2 threads differ", c->name);
+    memcpy(f1.out[o].data, r.out[o].data, vbytes(&r.out[o]));
+    memcpy(f2.out[o].data, r.out[o].data, vbytes(&r.out[o]));
+  }
+  kctx = NULL;
+  T_CHECKF(run_bwd(&r, err) == 0, "%s", err);
+  kctx = p1;
+  T_CHECKF(run_bwd(&f1, err) == 0, "%s", err);
+  kctx = p2;
+  T_CHECKF(run_bwd(&f2, err) == 0, "%s", err);
+  kctx = NULL;
+  for (int o = 0; o < c->nbout; o++) {
+    double d = rel_diff(&r.bout[o], &f1.bout[o]);
+    if (d > worst) worst = d;
+    T_CHECKF(d <= tol, "%s %s backward output %d: %g", c->name, dtname(dt), o, d);
+    T_CHECKF(memcmp(f1.bout[o].data, f2.bout[o].data, vbytes(&f1.bout[o])) == 0, "%s: 1 and 2 threads differ", c->name);
+  }
+  printf("  %-12s %-4s max |fast - reference| / max |reference| = %.3g\n", c->name, dtname(dt), worst);
+}
+
+/* ---------------------------------------------------------------- dump */
 
 static int dump_view(FILE *man, const char *dir, const char *cname, const char *role, int idx,
                      const rt_View *v) {
@@ -589,6 +677,21 @@ int main(int argc, char **argv) {
   T_CASE("adamw with an f32 master and bf16 params") test_adamw(1);
   T_CASE("add, mixed storage") test_add();
   T_CASE("attention is causal and per-batch") test_attention_causal();
+  rt_Pool *p1 = NULL, *p2 = NULL;
+  char perr[128];
+  T_CASE("kernel pools of 1 and 2 threads open") {
+    T_CHECKF(rt_pool_open(&p1, 1, perr, sizeof perr) == 0 && rt_pool_open(&p2, 2, perr, sizeof perr) == 0, "%s", perr);
+  }
+  for (int i = 0; p1 && p2 && i < NFAST; i++)
+    for (int d = 0; d < 2; d++) {
+      char name[160];
+      snprintf(name, sizeof name, "%s %s: fast kernels within tolerance of the reference, 1 and 2 threads bitwise equal",
+               fast_cases[i].name, d ? "bf16" : "f32");
+      T_CASE(name) check_fast(&fast_cases[i], d ? RT_BF16 : RT_F32, p1, p2);
+    }
+  printf("  GEMM: %s\n", rt_sgemm_name());
+  rt_pool_close(p1);
+  rt_pool_close(p2);
   free_all();
   T_DONE();
 }

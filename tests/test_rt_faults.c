@@ -107,7 +107,7 @@ static int read_state(rt_Session *ss, const rt_Schedule *s, unsigned char *out) 
 
 /* A session with fixed params and a fixed batch. */
 static int open_ready(const rt_Schedule *s, unsigned flags, rt_Session **out, char *err, size_t errlen) {
-  rt_Options o = {RT_BACKEND_CPU, flags, 3, 50};
+  rt_Options o = {RT_BACKEND_CPU, flags, 3, 50, 0};
   int rc = rt_open(s, &o, out, err, errlen);
   if (rc != RT_OK) return rc;
   rc = rt_init_params(*out, 42, 0.02);
@@ -297,7 +297,7 @@ int main(int argc, char **argv) {
       for (long k = 1; k <= total; k += stride) {
         rt_Session *x = (rt_Session *)&fails; /* must come back NULL */
         char e2[512] = "";
-        rt_Options o = {RT_BACKEND_CPU, flag_sets[f], 3, 50};
+        rt_Options o = {RT_BACKEND_CPU, flag_sets[f], 3, 50, 0};
         rt_fault_inject(k, 0, 0);
         int st = rt_open(s, &o, &x, e2, sizeof e2);
         rt_fault_inject(0, 0, 0);

@@ -199,7 +199,7 @@ typedef struct Result {
 
 static void run(const rt_Schedule *s, unsigned delay_us, unsigned flags, int nsteps, Result *r) {
   memset(r, 0, sizeof *r);
-  rt_Options o = {RT_BACKEND_CPU, flags, 11, delay_us};
+  rt_Options o = {RT_BACKEND_CPU, flags, 11, delay_us, 0};
   rt_Session *ss;
   if ((r->status = rt_open(s, &o, &ss, r->err, sizeof r->err)) != RT_OK) return;
   r->status = rt_init_params(ss, 5, 0.02);

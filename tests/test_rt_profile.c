@@ -59,7 +59,7 @@ int main(void) {
                           step_io, waits};
   rt_Session *s = NULL;
   char err[512] = "";
-  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_PROFILE, 1, 0};
+  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_PROFILE, 1, 0, 0};
   int rc = rt_kernel_register("nap", nap) == 0 ? rt_open(&sc, &o, &s, err, sizeof err) : -1;
   double step_s[STEPS];
   for (int i = 0; i < STEPS && rc == RT_OK; i++) {

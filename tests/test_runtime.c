@@ -87,7 +87,7 @@ static int fill_tensor(rt_Session *ss, const rt_SchedTensor *t, int64_t v, bool 
 /* Debug mode always; DELAY_US 0 means random copy delays. */
 static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
   memset(r, 0, sizeof *r);
-  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_DEBUG, 7, delay_us};
+  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_DEBUG, 7, delay_us, 0};
   rt_Session *ss;
   r->status = rt_open(s, &o, &ss, r->err, sizeof r->err);
   if (r->status != RT_OK) return;

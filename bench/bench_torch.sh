@@ -1,0 +1,49 @@
+#!/bin/sh
+# bench_torch.sh - ration's CPU backend against PyTorch eager on the same
+# model, batch and thread count, side by side in one run: for gpt2-tiny,
+# llama-tiny and gpt2-6l384 (6 layers, dim 384, seq 256, batch 4), at 1 and
+# 2 threads, the median step of ration keep-all, of ration's ilp plan at 60%
+# of the keep-all peak, and of bench/torch_model.py (PyTorch from PyPI, in
+# a venv this script sets up in build/torch-venv: Debian's 1.13 has a
+# generic BLAS and is not what users run). Every figure of a row is
+# measured within a minute of the others; compare ratios, not runs.
+# Usage (after `make`): sh bench/bench_torch.sh [STEPS]   (default 20)
+set -e
+STEPS=${1:-20}
+R=bin/ration
+BUILD=${BUILD:-build/rel}
+DEV=budgets/cpu.json
+VENV=build/torch-venv
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q torch
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+$R model gpt2 --layers 6 --dim 384 --heads 6 --vocab 256 --seq 256 --batch 4 --dtype f32 -o "$tmp/gpt2-6l384.json"
+
+build() { # schedule base path, binary
+  n=$(basename "$1")
+  cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I"$(dirname "$1")" -DSCHED_HEADER="\"$n.sched.h\"" \
+    -DSCHED_ENTRY="ration_schedule_$(echo "$n" | tr -c 'A-Za-z0-9\n' '_')" -o "$2" examples/train.c "$1.sched.c" \
+    "$BUILD/libration.a" -lm -lpthread
+}
+ms() { sed -n 's/^step time: .* measured \([0-9.]*\) ms.*/\1/p'; }
+
+echo "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'), $(nproc) cores, $STEPS steps after a warm-up one"
+echo "| model | threads | ration keep-all ms | ration 60% (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | load |"
+echo "|---|---|---|---|---|---|---|---|"
+for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
+  m=$(basename "$g" .json)
+  $R plan "$g" --device $DEV --strategy keep-all --budget 200% -o "$tmp/$m-k" >/dev/null
+  $R plan "$g" --device $DEV --budget 60% --time-limit 20 -o "$tmp/$m-p" >/dev/null
+  build "$tmp/$m-k" "$tmp/$m-k.train"
+  build "$tmp/$m-p" "$tmp/$m-p.train"
+  tokens=$(python3 -c "import json; t=[t for t in json.load(open('$g'))['tensors'] if t['name']=='tokens'][0]['shape']; print(t[0]*t[1])")
+  for n in 1 2; do
+    k=$("$tmp/$m-k.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
+    p=$("$tmp/$m-p.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
+    t=$("$VENV/bin/python" bench/torch_model.py "$g" $n "$STEPS" | sed -n 's/^median_ms //p')
+    echo "| $m | $n | $k | $p | $t | $(echo "$k $t" | awk '{ printf "%.2f", $1 / $2 }') |\
+ $(echo "$tokens $k" | awk '{ printf "%.0f", $1 / ($2 / 1e3) }') | $(cut -d' ' -f1 /proc/loadavg) |"
+  done
+done

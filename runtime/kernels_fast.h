@@ -1,0 +1,53 @@
+/*
+ * kernels_fast.h - internal to libration: what the CPU kernels
+ * (kernels_cpu.c) share with their fast path (kernels_fast.c): the
+ * reference GEMM, the attention shape, and the fast matmul and attention
+ * that run on the CPU backend's pool through BLAS.
+ */
+#ifndef RT_KERNELS_FAST_H
+#define RT_KERNELS_FAST_H
+
+#include "kernels.h"
+#include "rt_pool.h"
+
+/* A GEMM operand read through strides: element (i,j) is at i*s0 + j*s1. */
+typedef struct rt_Operand {
+  const rt_View *v;
+  int64_t s0, s1;
+} rt_Operand;
+
+/* The reference GEMM: out (M x N, row-major) = [out +] A B [+ bias], each
+ * element summed over k in ascending order. */
+void rt_gemm_ref(const rt_View *out, int accumulate, const rt_View *bias, const rt_Operand *A,
+                 const rt_Operand *B, int64_t M, int64_t N, int64_t K);
+
+/* C (M x N, row-major, ldc N) = [C +] op(A) op(B) on f32 arrays, op
+ * transposing when TA or TB is set; on the calling thread only. OpenBLAS
+ * (Debian's pthread build, loaded at first use and pinned to one thread:
+ * the pool's threads call it side by side) when it can be loaded, else
+ * rt_gemm_ref. */
+void rt_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+              int64_t ldb, int accumulate, float *C);
+/* What rt_sgemm runs: OpenBLAS's configuration ("OpenBLAS 0.3.21 ...") or
+ * "built-in GEMM". */
+const char *rt_sgemm_name(void);
+
+typedef struct rt_AttnShape {
+  int64_t B, T, NH, KVH, hd, row; /* row: elements per token of qkv */
+  float scale;
+} rt_AttnShape;
+
+/* Kernels' bodies once their arguments are checked, on POOL's threads. */
+void rt_fast_matmul_forward(rt_Pool *pool, const rt_View *y, const rt_View *x, const rt_View *w,
+                            const rt_View *bias, int64_t N, int64_t C, int64_t OC);
+/* dx and dw (dbias is the caller's). */
+void rt_fast_matmul_backward(rt_Pool *pool, const rt_View *dx, const rt_View *dw, const rt_View *dy,
+                             const rt_View *x, const rt_View *w, int64_t N, int64_t C, int64_t OC);
+/* 0 when done, 1 when the shapes need more scratch than a thread has (the
+ * caller runs the reference loops). */
+int rt_fast_attention_forward(rt_Pool *pool, const rt_View *y, float *lse, const rt_View *qkv,
+                              const rt_AttnShape *s);
+int rt_fast_attention_backward(rt_Pool *pool, const rt_View *dqkv, const rt_View *dy, const rt_View *qkv,
+                               const rt_View *y, const float *lse, const rt_AttnShape *s);
+
+#endif
