@@ -82,13 +82,15 @@ void cuda_close(void *ctx) {
 int cuda_open_inner(Cuda *c, int64_t arena_bytes, int64_t host_bytes, char *err, size_t errlen) {
   for (int s = 0; s < 3; s++) CK(cudaStreamCreateWithFlags(&c->st[s], cudaStreamNonBlocking), "stream");
   for (int i = 0; i < c->nevents; i++) CK(cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming), "event");
-  size_t db = (size_t)(arena_bytes > 0 ? arena_bytes : 256), hb = (size_t)(host_bytes > 0 ? host_bytes : 256);
+  size_t db = (size_t)(arena_bytes > 0 ? arena_bytes : 256);
   CK(cudaMalloc((void **)&c->dev, db), "cudaMalloc of the device arena");
   CK(cudaMemset(c->dev, 0, db), "memset");
-  CK(cudaMallocHost((void **)&c->host, hb), "cudaMallocHost of the host arena");
-  memset(c->host, 0, hb);
-  c->host_size = hb;
-  CK(cudaHostGetDevicePointer((void **)&c->host_dev, c->host, 0), "device view of the host arena");
+  if (host_bytes > 0) { /* a plan without offloads pins no host memory */
+    c->host_size = (size_t)host_bytes;
+    CK(cudaMallocHost((void **)&c->host, c->host_size), "cudaMallocHost of the host arena");
+    memset(c->host, 0, c->host_size);
+    CK(cudaHostGetDevicePointer((void **)&c->host_dev, c->host, 0), "device view of the host arena");
+  }
   char kerr[256] = "";
   if (rt_cuda_kernel_ctx_create(&c->kctx, (void *)c->st[RT_STREAM_COMPUTE], kerr, sizeof kerr) != 0) {
     c->kctx = NULL;
