@@ -232,10 +232,13 @@ int main(int argc, char **argv) {
       sum_over += st.overhead_seconds;
       times[timed++] = st.step_seconds;
     }
-    if (it == 1 || it % 25 == 0 || it == steps)
-      printf("step %4d  loss %.4f  (%.1f ms/step, %.0f tokens/s: kernels %.1f, waiting for copies %.1f)\n", it, l,
-             1e3 * st.step_seconds, (double)(B * T) / st.step_seconds, 1e3 * st.kernel_seconds,
-             1e3 * st.wait_seconds);
+    if (it == 1 || it % 25 == 0 || it == steps) {
+      printf("step %4d  loss %.4f  (%.1f ms/step, %.0f tokens/s", it, l, 1e3 * st.step_seconds,
+             (double)(B * T) / st.step_seconds);
+      if (st.kernel_seconds >= 0 && st.wait_seconds >= 0) /* not split on a GPU, whose kernels run async */
+        printf(": kernels %.1f, waiting for copies %.1f", 1e3 * st.kernel_seconds, 1e3 * st.wait_seconds);
+      printf(")\n");
+    }
   }
   printf("loss %.4f at step 1, %.4f over the last %d steps (ln 256 = %.4f)\n", first_loss, tail_loss, tail,
          log(256.0));

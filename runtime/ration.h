@@ -131,9 +131,11 @@ typedef struct rt_Stats {
   int64_t arena_bytes, host_bytes;
   int64_t live_high_water;   /* max live device bytes over every step run */
   int64_t steps;             /* training steps run */
-  double step_seconds;       /* the last step, wall clock */
-  double kernel_seconds;     /* the last step: time inside kernels */
-  double wait_seconds;       /* the last step: compute stream blocked on copies */
+  double step_seconds;       /* the last step: wall clock on the CPU backend; on CUDA, events from
+                                its start on the compute stream to the end of every stream's work */
+  double kernel_seconds;     /* the last step: time inside kernels (-1: not measured, the CUDA
+                                backend outside RT_OPEN_PROFILE, whose kernels run asynchronously) */
+  double wait_seconds;       /* the last step: compute stream blocked on copies (-1 on CUDA) */
   double overhead_seconds;   /* the last step: the executor's own cost, as CPU time of the
                                 calling thread outside kernels (not inflated by copy threads
                                 or other processes competing for the cores) */

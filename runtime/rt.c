@@ -780,13 +780,17 @@ int rt_step(rt_Session *s) {
   StepTimes tm = {0, 0, 0, 0};
   s->snap_taken = false;
   s->kernel_cpu = 0;
+  const rt_Backend *be = s->be;
   double c0 = thread_cpu_seconds(), t0 = now_seconds();
-  int rc = run_steps(s, &tm);
+  int rc = be->span ? be->span(s->ctx, false, s->err, sizeof s->err) : RT_OK;
+  if (rc == RT_OK) rc = run_steps(s, &tm);
+  if (rc == RT_OK && be->span) rc = be->span(s->ctx, true, s->err, sizeof s->err);
   double t1 = now_seconds();
   char serr[256];
-  int src = s->be->sync(s->ctx, serr, sizeof serr);
+  int src = be->sync(s->ctx, serr, sizeof serr);
   double t2 = now_seconds(), c2 = thread_cpu_seconds();
   if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
+  double span = rc == RT_OK && be->span ? be->span_seconds(s->ctx) : -1;
   if (rc == RT_OK && s->profile && s->be->mark)
     for (int i = 0; i < c->nsteps; i++)
       if (c->steps[i].kind == RT_STEP_COMPUTE) record_op_time(s, &tm, i, s->be->marked_seconds(s->ctx, i));
@@ -802,12 +806,13 @@ int rt_step(rt_Session *s) {
     }
     return rc;
   }
-  s->stats.step_seconds = t2 - t0;
-  s->stats.kernel_seconds = tm.kernel;
-  s->stats.wait_seconds = tm.wait + (t2 - t1);
+  bool device_timed = span >= 0;
+  s->stats.step_seconds = device_timed ? span : t2 - t0;
+  s->stats.kernel_seconds = !device_timed || s->profile ? tm.kernel : -1;
+  s->stats.wait_seconds = !device_timed ? tm.wait + (t2 - t1) : -1;
   s->stats.overhead_seconds = (c2 - c0) - s->kernel_cpu;
   record_copies(s, tm.issue, true);
-  if (s->nrun > 1) s->step_samples[(size_t)(s->nrun - 2) % SAMPLES] = t2 - t0;
+  if (s->nrun > 1) s->step_samples[(size_t)(s->nrun - 2) % SAMPLES] = s->stats.step_seconds;
   return RT_OK;
 }
 

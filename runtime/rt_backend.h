@@ -50,6 +50,14 @@ typedef struct rt_Backend {
    * the two marks of SLOT's last launch. */
   int (*mark)(void *ctx, int slot, bool end, char *err, size_t errlen);
   double (*marked_seconds)(void *ctx, int slot);
+  /* A step timed on the device (NULL: by the host clock around it and the
+   * final sync): span records its start (END false) on the compute stream,
+   * or its end once every stream's work so far is done; once the streams
+   * are idle, span_seconds is the time between the two. Kernels run
+   * asynchronously on such a backend, so outside RT_OPEN_PROFILE the host
+   * cannot split a step into kernel and wait time. */
+  int (*span)(void *ctx, bool end, char *err, size_t errlen);
+  double (*span_seconds)(void *ctx);
   /* The arena bytes the plan set aside for the backend itself (the tensor
    * RT_RUNTIME_TENSOR), before anything runs (NULL: it needs none). */
   int (*set_runtime)(void *ctx, void *bytes, int64_t n, char *err, size_t errlen);

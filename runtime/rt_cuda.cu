@@ -32,6 +32,7 @@ struct Cuda {
   rt_CudaKernelCtx *kctx;
   cudaEvent_t *marks; /* RT_OPEN_PROFILE: a start and an end event per compute step */
   int nmarks;
+  cudaEvent_t span[2], joined[2]; /* a step's start and end; the copy streams' last work */
   bool debug;
   unsigned seed, delay_us;
 };
@@ -70,6 +71,10 @@ void cuda_close(void *ctx) {
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   for (int i = 0; i < 2 * c->nmarks; i++)
     if (c->marks[i]) cudaEventDestroy(c->marks[i]);
+  for (int i = 0; i < 2; i++) {
+    if (c->span[i]) cudaEventDestroy(c->span[i]);
+    if (c->joined[i]) cudaEventDestroy(c->joined[i]);
+  }
   free(c->marks);
   for (int s = 0; s < 3; s++)
     if (c->st[s]) cudaStreamDestroy(c->st[s]);
@@ -82,6 +87,10 @@ void cuda_close(void *ctx) {
 int cuda_open_inner(Cuda *c, int64_t arena_bytes, int64_t host_bytes, char *err, size_t errlen) {
   for (int s = 0; s < 3; s++) CK(cudaStreamCreateWithFlags(&c->st[s], cudaStreamNonBlocking), "stream");
   for (int i = 0; i < c->nevents; i++) CK(cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming), "event");
+  for (int i = 0; i < 2; i++) {
+    CK(cudaEventCreate(&c->span[i]), "event");
+    CK(cudaEventCreateWithFlags(&c->joined[i], cudaEventDisableTiming), "event");
+  }
   size_t db = (size_t)(arena_bytes > 0 ? arena_bytes : 256);
   CK(cudaMalloc((void **)&c->dev, db), "cudaMalloc of the device arena");
   CK(cudaMemset(c->dev, 0, db), "memset");
@@ -221,6 +230,26 @@ double cuda_marked_seconds(void *ctx, int slot) {
   return 1e-3 * ms;
 }
 
+/* The end waits for both copy streams, so the span covers every copy the
+ * step issued, waited for or not. */
+int cuda_span(void *ctx, bool end, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  cudaStream_t compute = c->st[RT_STREAM_COMPUTE];
+  if (end)
+    for (int k = 0; k < 2; k++) {
+      CK(cudaEventRecord(c->joined[k], c->st[RT_STREAM_D2H + k]), "step end");
+      CK(cudaStreamWaitEvent(compute, c->joined[k], 0), "step end");
+    }
+  CK(cudaEventRecord(c->span[end ? 1 : 0], compute), "step span");
+  return RT_OK;
+}
+
+double cuda_span_seconds(void *ctx) {
+  Cuda *c = (Cuda *)ctx;
+  float ms = 0;
+  return cudaEventElapsedTime(&ms, c->span[0], c->span[1]) == cudaSuccess ? 1e-3 * ms : -1;
+}
+
 int cuda_sync(void *ctx, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
   for (int s = 0; s < 3; s++) CK(cudaStreamSynchronize(c->st[s]), "synchronize");
@@ -251,7 +280,7 @@ const rt_Backend cuda_backend = {
     cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
     NULL, /* copy rates: not measured on the GPU yet */
     NULL, /* flush: a CUDA stream starts what it is given */
-    cuda_mark, cuda_marked_seconds, cuda_set_runtime,
+    cuda_mark, cuda_marked_seconds, cuda_span, cuda_span_seconds, cuda_set_runtime,
 };
 
 } // namespace
