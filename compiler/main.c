@@ -167,13 +167,15 @@ static int cmd_plan(int argc, char **argv) {
     err_set(&e, "%s: out of memory", path);
     die(&e);
   }
-  OutFile plan_file = {path, json.data, json.len};
-  if (emit_c_write(p, g, out, &plan_file, &e)) die(&e);
+  /* The timeline is one of the set: a plan is written with it or not at all. */
+  OutFile also[2] = {{path, json.data, json.len}};
+  Buf svg = {0};
   if (timeline) {
-    Buf svg = {0};
-    if (report_chart_timeline(p, g, true, &svg, &e) || util_write_file_atomic(timeline, svg.data, svg.len, &e)) die(&e);
-    buf_free(&svg);
+    if (report_chart_timeline(p, g, true, &svg, &e)) die(&e);
+    also[1] = (OutFile){timeline, svg.data, svg.len};
   }
+  if (emit_c_write(p, g, out, also, timeline ? 2 : 1, &e)) die(&e);
+  buf_free(&svg);
   char b1[32], b2[32], b3[32];
   printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),
@@ -423,13 +425,19 @@ static int cmd_report(int argc, char **argv) {
       if ((bytes[i] = parse_budget(sizes[i], g, d, &e)) < 0) die(&e);
     ro.budgets = bytes;
   }
-  if (mkdir(out, 0777) && access(out, W_OK)) {
+  Report r;
+  if (report_sweep(&r, g, d, &ro, &e)) die(&e);
+  /* Made only once there is a report to put in it, and removed again when
+   * the report cannot be written: a failed run leaves nothing. */
+  bool made = mkdir(out, 0777) == 0;
+  if (!made && access(out, W_OK)) {
     err_set(&e, "%s: cannot create the output directory", out);
     die(&e);
   }
-  Report r;
-  if (report_sweep(&r, g, d, &ro, &e)) die(&e);
-  if (report_write(&r, out, &e)) die(&e);
+  if (report_write(&r, out, &e)) {
+    if (made) rmdir(out);
+    die(&e);
+  }
   if (r.min_budget_note[0])
     fprintf(stderr, "ration: warning: the smallest budget, %" PRId64 " bytes, is the least found before %s\n", r.min_budget,
             r.min_budget_note);

@@ -39,7 +39,10 @@ char *util_read_file(const char *path, size_t *len, Err *e);
 /* Write to a temporary then rename: never a half-written PATH. */
 int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e);
 /* Several outputs as one set: every file is written and synced before any
- * is renamed into place, so a failure leaves the previous set untouched. */
+ * is renamed into place, so a failure leaves the previous set untouched
+ * and no temporary behind. A target that is not a regular file (a device,
+ * a FIFO) is written into, never replaced; a directory is refused; a
+ * replaced file keeps its mode. */
 typedef struct OutFile {
   const char *path;
   const char *data;
@@ -580,8 +583,8 @@ void emit_c_ident(const char *name, char *out, size_t n);
  * fields, then the first differing step). */
 int emit_c_compare(const char *old_text, const char *new_text, Buf *why);
 /* Writes OUT.sched.c and OUT.sched.h (the schedule is named after OUT's
- * base name), and ALSO when not NULL, all three as one set. */
-int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, Err *e);
+ * base name) and the NALSO files of ALSO, all as one set. */
+int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, int nalso, Err *e);
 /* Regenerates both in memory: 0 when the files at OUT are identical, 1 with
  * WHY naming each stale or missing file and what changed, -1 on error. */
 int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e);
