@@ -34,7 +34,9 @@ bool util_parse_size(const char *s, int64_t *out);
 /* Human-readable size ("1.50 GiB") into buf. */
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
 
-/* Whole file into a NUL-terminated malloc'd buffer. */
+/* Whole file into a NUL-terminated malloc'd buffer; whatever PATH is (a
+ * FIFO, a device, standard input), more than JSON_MAX_FILE_BYTES is an
+ * error, found without holding more than that. */
 char *util_read_file(const char *path, size_t *len, Err *e);
 /* Write to a temporary then rename: never a half-written PATH. */
 int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e);

@@ -92,22 +92,29 @@ char *util_read_file(const char *path, size_t *len, Err *e) {
     err_set(e, "%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
+  /* The limit holds for what has no size to check first (a FIFO, a
+   * device, standard input): reading stops one byte past it. */
+  const size_t limit = (size_t)JSON_MAX_FILE_BYTES;
   size_t cap = 1 << 16, n = 0;
   char *data = malloc(cap);
   while (data) {
     n += fread(data + n, 1, cap - n - 1, f);
-    if (n < cap - 1) break;
-    char *grown = realloc(data, cap * 2);
+    if (n < cap - 1 || n > limit) break;
+    size_t want = cap * 2 > limit + 2 ? limit + 2 : cap * 2;
+    char *grown = realloc(data, want);
     if (!grown) {
       free(data);
       data = NULL;
       break;
     }
     data = grown;
-    cap *= 2;
+    cap = want;
   }
-  if (!data || ferror(f)) {
-    err_set(e, "%s: cannot read: %s", path, data ? strerror(errno) : "out of memory");
+  if (!data || ferror(f) || n > limit) {
+    if (data && n > limit)
+      err_set(e, "%s: more than %zu bytes, over the limit of %zu bytes (1 GiB)", path, limit, limit);
+    else
+      err_set(e, "%s: cannot read: %s", path, data ? strerror(errno) : "out of memory");
     free(data);
     fclose(f);
     return NULL;
