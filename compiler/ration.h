@@ -323,6 +323,10 @@ int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last);
 
 /* Checks every rule of the plan semantics; e names the step and rule. */
 int sim_check(const Plan *p, const Graph *g, Err *e);
+/* Peak live bytes on the device and the host from the occupancy (offsets
+ * play no part), and per-step device bytes into r->live_bytes when that is
+ * not NULL; -1 when out of memory. */
+int sim_live(const Plan *p, const int *first, const int *last, SimResult *r);
 /* Live bytes and the three-stream time; with_trace keeps per-step bytes. */
 int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e);
 void sim_result_free(SimResult *r);
