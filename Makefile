@@ -2,6 +2,10 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -Wall -Wextra -Wshadow -Werror
+# The CLI looks for device profiles by name in DATADIR/budgets after
+# $RATION_DEVICES and before ./budgets (see --device).
+PREFIX  ?= /usr/local
+DATADIR := $(PREFIX)/share/ration
 CPPFLAGS += -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime
 LDLIBS  := -lglpk -lCbcSolver -lCbc -lcjson -lnettle -lm -lpthread
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -64,6 +68,8 @@ $(BUILD)/%.o: %.c compiler/ration.h | $(DEPS_STAMP)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -MMD -MP -c $< -o $@
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+$(BUILD)/compiler/main.o: CPPFLAGS += -DRATION_DATADIR='"$(DATADIR)/budgets"'
+
 
 $(LIBCOMPILER): $(COMPILER_OBJ)
 	@rm -f $@; ar rcs $@ $^

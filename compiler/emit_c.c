@@ -498,19 +498,21 @@ static int emit_one(const Plan *p, const Graph *g, const char *out, int which, B
   return rc;
 }
 
-int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, Err *e) {
+int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, int nalso, Err *e) {
   static const char *const ext[] = {".sched.c", ".sched.h"};
   char path[2][4096];
   Buf b[2] = {{0}, {0}};
-  OutFile files[3];
+  OutFile *files = util_xcalloc(2 + (size_t)nalso, sizeof *files);
+  if (!files) return err_set(e, "%s: out of memory", out);
   int n = 0, rc = 0;
   for (int which = 0; which < 2 && rc == 0; which++) {
     snprintf(path[which], sizeof path[which], "%s%s", out, ext[which]);
     rc = emit_one(p, g, out, which, &b[which], e);
     files[n++] = (OutFile){path[which], b[which].data, b[which].len};
   }
-  if (also) files[n++] = *also;
+  for (int k = 0; k < nalso; k++) files[n++] = also[k];
   if (rc == 0) rc = util_write_files_atomic(files, n, e);
+  free(files);
   buf_free(&b[0]);
   buf_free(&b[1]);
   return rc;

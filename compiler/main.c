@@ -13,24 +13,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: ration COMMAND ...\n"
-          "  ration plan GRAPH --device D [--budget BYTES|P%%] [--strategy S] [--time-limit SEC]\n"
-          "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check] -o OUT\n"
-          "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
-          "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"
-          "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"
-          "  ration info GRAPH [--device D]\n"
-          "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N --vocab-pad N\n"
-          "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"
-          "  ration report GRAPH --device D [--points N | --budgets LIST] [--strategies LIST]\n"
-          "                    [--time-limit SEC] [--solver glpk|cbc] [--costs FILE] -o DIR\n"
-          "      writes DIR/report.html, DIR/report.csv and DIR/report.md\n"
-          "  ration version\n"
-          "strategies:");
-  for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(stderr, " %s", s->name);
-  fprintf(stderr, "\n");
+/* Each command's usage: `ration COMMAND --help` prints its own. */
+static const struct {
+  const char *name, *text;
+} commands[] = {
+    {"plan", "  ration plan GRAPH --device D [--budget BYTES|P%] [--strategy S] [--time-limit SEC]\n"
+             "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check] -o OUT\n"
+             "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
+             "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"},
+    {"simulate", "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"},
+    {"info", "  ration info GRAPH [--device D]\n"},
+    {"model", "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N --vocab-pad N\n"
+              "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"},
+    {"report", "  ration report GRAPH --device D [--points N | --budgets LIST] [--strategies LIST]\n"
+               "                    [--time-limit SEC] [--solver glpk|cbc] [--costs FILE] -o DIR\n"
+               "      writes DIR/report.html, DIR/report.csv and DIR/report.md\n"},
+    {"version", "  ration version\n"},
+};
+enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
+
+/* The usage of one command (or of all, ONLY NULL). */
+static void usage(FILE *f, const char *only) {
+  fprintf(f, "usage: ration COMMAND ...\n");
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (!only || !strcmp(only, commands[i].name)) fputs(commands[i].text, f);
+  if (only && strcmp(only, "plan") && strcmp(only, "report")) return;
+  fprintf(f, "strategies:");
+  for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(f, " %s", s->name);
+  fprintf(f, "\n--device D: a device file, or a profile name looked up in the directories of $RATION_DEVICES\n"
+             "(colon-separated), then %s, then ./budgets\n",
+          RATION_DATADIR);
 }
 
 static void die(const Err *e) {
@@ -45,16 +57,23 @@ static void die_usage(const char *fmt, const char *arg) {
   exit(2);
 }
 
-/* A device given as a file, or as a profile name under budgets/. */
+/* A device given as a file, or as a profile name: NAME.json in each
+ * directory of RATION_DEVICES, then in the installed profiles, then in
+ * ./budgets, so that a name works from any directory. */
 static Device *load_device(const char *name, Err *e) {
   if (access(name, R_OK) == 0 || strchr(name, '/')) return device_load(name, e);
-  char path[1024];
-  snprintf(path, sizeof path, "budgets/%s.json", name);
-  if (access(path, R_OK) != 0) {
-    err_set(e, "--device: no file \"%s\" and no profile %s", name, path);
-    return NULL;
+  const char *env = getenv("RATION_DEVICES");
+  char dirs[4096], path[4096];
+  snprintf(dirs, sizeof dirs, "%s%s%s:budgets", env && *env ? env : "", env && *env ? ":" : "", RATION_DATADIR);
+  for (char *dir = dirs, *end; dir; dir = end ? end + 1 : NULL) {
+    if ((end = strchr(dir, ':'))) *end = 0;
+    if (!*dir) continue;
+    int n = snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    if (n > 0 && n < (int)sizeof path && access(path, R_OK) == 0) return device_load(path, e);
   }
-  return device_load(path, e);
+  err_set(e, "--device: no file \"%s\" and no profile %s.json in $RATION_DEVICES, %s or budgets/", name, name,
+          RATION_DATADIR);
+  return NULL;
 }
 
 /* --budget: bytes (integer or with a unit) or a percentage of keep-all. */
@@ -167,13 +186,15 @@ static int cmd_plan(int argc, char **argv) {
     err_set(&e, "%s: out of memory", path);
     die(&e);
   }
-  OutFile plan_file = {path, json.data, json.len};
-  if (emit_c_write(p, g, out, &plan_file, &e)) die(&e);
+  /* The timeline is one of the set: a plan is written with it or not at all. */
+  OutFile also[2] = {{path, json.data, json.len}};
+  Buf svg = {0};
   if (timeline) {
-    Buf svg = {0};
-    if (report_chart_timeline(p, g, true, &svg, &e) || util_write_file_atomic(timeline, svg.data, svg.len, &e)) die(&e);
-    buf_free(&svg);
+    if (report_chart_timeline(p, g, true, &svg, &e)) die(&e);
+    also[1] = (OutFile){timeline, svg.data, svg.len};
   }
+  if (emit_c_write(p, g, out, also, timeline ? 2 : 1, &e)) die(&e);
+  buf_free(&svg);
   char b1[32], b2[32], b3[32];
   printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),
@@ -426,13 +447,19 @@ static int cmd_report(int argc, char **argv) {
       if ((bytes[i] = parse_budget(sizes[i], g, d, &e)) < 0) die(&e);
     ro.budgets = bytes;
   }
-  if (mkdir(out, 0777) && access(out, W_OK)) {
+  Report r;
+  if (report_sweep(&r, g, d, &ro, &e)) die(&e);
+  /* Made only once there is a report to put in it, and removed again when
+   * the report cannot be written: a failed run leaves nothing. */
+  bool made = mkdir(out, 0777) == 0;
+  if (!made && access(out, W_OK)) {
     err_set(&e, "%s: cannot create the output directory", out);
     die(&e);
   }
-  Report r;
-  if (report_sweep(&r, g, d, &ro, &e)) die(&e);
-  if (report_write(&r, out, &e)) die(&e);
+  if (report_write(&r, out, &e)) {
+    if (made) rmdir(out);
+    die(&e);
+  }
   if (r.min_budget_note[0])
     fprintf(stderr, "ration: warning: the smallest budget, %" PRId64 " bytes, is the least found before %s\n", r.min_budget,
             r.min_budget_note);
@@ -450,10 +477,20 @@ static int cmd_report(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    usage();
+    usage(stderr, NULL);
     return 2;
   }
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    usage(stdout, NULL);
+    return 0;
+  }
+  for (int i = 2; i < argc; i++)
+    for (int k = 0; k < NCOMMANDS; k++)
+      if (!strcmp(argv[i], "--help") && !strcmp(cmd, commands[k].name)) {
+        usage(stdout, cmd);
+        return 0;
+      }
   if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
   if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
@@ -463,6 +500,6 @@ int main(int argc, char **argv) {
     printf("ration %s\n", RATION_VERSION);
     return 0;
   }
-  usage();
+  usage(stderr, NULL);
   return 2;
 }

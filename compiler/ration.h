@@ -34,12 +34,17 @@ bool util_parse_size(const char *s, int64_t *out);
 /* Human-readable size ("1.50 GiB") into buf. */
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
 
-/* Whole file into a NUL-terminated malloc'd buffer. */
+/* Whole file into a NUL-terminated malloc'd buffer; whatever PATH is (a
+ * FIFO, a device, standard input), more than JSON_MAX_FILE_BYTES is an
+ * error, found without holding more than that. */
 char *util_read_file(const char *path, size_t *len, Err *e);
 /* Write to a temporary then rename: never a half-written PATH. */
 int util_write_file_atomic(const char *path, const char *data, size_t len, Err *e);
 /* Several outputs as one set: every file is written and synced before any
- * is renamed into place, so a failure leaves the previous set untouched. */
+ * is renamed into place, so a failure leaves the previous set untouched
+ * and no temporary behind. A target that is not a regular file (a device,
+ * a FIFO) is written into, never replaced; a directory is refused; a
+ * replaced file keeps its mode. */
 typedef struct OutFile {
   const char *path;
   const char *data;
@@ -325,6 +330,10 @@ int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last);
 
 /* Checks every rule of the plan semantics; e names the step and rule. */
 int sim_check(const Plan *p, const Graph *g, Err *e);
+/* Peak live bytes on the device and the host from the occupancy (offsets
+ * play no part), and per-step device bytes into r->live_bytes when that is
+ * not NULL; -1 when out of memory. */
+int sim_live(const Plan *p, const int *first, const int *last, SimResult *r);
 /* Live bytes and the three-stream time; with_trace keeps per-step bytes. */
 int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e);
 void sim_result_free(SimResult *r);
@@ -588,8 +597,8 @@ void emit_c_ident(const char *name, char *out, size_t n);
  * fields, then the first differing step). */
 int emit_c_compare(const char *old_text, const char *new_text, Buf *why);
 /* Writes OUT.sched.c and OUT.sched.h (the schedule is named after OUT's
- * base name), and ALSO when not NULL, all three as one set. */
-int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, Err *e);
+ * base name) and the NALSO files of ALSO, all as one set. */
+int emit_c_write(const Plan *p, const Graph *g, const char *out, const OutFile *also, int nalso, Err *e);
 /* Regenerates both in memory: 0 when the files at OUT are identical, 1 with
  * WHY naming each stale or missing file and what changed, -1 on error. */
 int emit_c_check(const Plan *p, const Graph *g, const char *out, Buf *why, Err *e);

@@ -266,6 +266,18 @@ static int cheapest_within(const Report *r, double pct) {
 static const double thresholds[] = {0.1, 1, 5, 10, 25, 50};
 #define NTHRESHOLDS (int)(sizeof thresholds / sizeof thresholds[0])
 
+/* Text from the inputs (names, notes) as Markdown that shows it as it is:
+ * what could start markup, a link, an HTML tag or entity, or a table cell
+ * is backslash-escaped, and a control character (a newline would start a
+ * block of the name's choosing) becomes a space. */
+static void md_text(Buf *o, const char *s) {
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c < 0x20 || c == 0x7f) buf_printf(o, " ");
+    else buf_printf(o, strchr("\\`*_[]<>&!~|", c) ? "\\%c" : "%c", c);
+  }
+}
+
 /* The few sentences that answer "which budget, at what cost": shared by
  * the HTML (html = true) and the Markdown. */
 static void answer(const Report *r, Buf *o, bool html) {
@@ -283,7 +295,7 @@ static void answer(const Report *r, Buf *o, bool html) {
              (double)r->min_budget / u.bytes, u.name, 100.0 * (double)r->min_budget / (double)r->keep_all_bytes, eli);
   if (r->keep_all_bytes <= usable) {
     buf_printf(o, "%s", li);
-    report_xml(o, dev);
+    (html ? report_xml : md_text)(o, dev);
     buf_printf(o, " has %.2f %s usable, so keep-all fits; a smaller budget leaves room for a larger batch or model.%s",
                (double)usable / u.bytes, u.name, eli);
   } else {
@@ -291,7 +303,7 @@ static void answer(const Report *r, Buf *o, bool html) {
     for (int i = 0; i < r->npoints; i++)
       if (r->budgets[i] <= usable && report_best(r, i) >= 0 && (fit < 0 || r->budgets[i] > r->budgets[fit])) fit = i;
     buf_printf(o, "%s", li);
-    report_xml(o, dev);
+    (html ? report_xml : md_text)(o, dev);
     buf_printf(o, " has %.2f %s usable: keep-all does not fit.", (double)usable / u.bytes, u.name);
     if (fit >= 0) {
       const ReportCell *c = &r->cells[fit * ns + report_best(r, fit)];
@@ -333,8 +345,10 @@ static void answer(const Report *r, Buf *o, bool html) {
 
 /* --------------------------------------------------------------- csv */
 
+/* A cell that begins with = + - @ (or a tab or carriage return) is a
+ * formula to a spreadsheet; a leading apostrophe makes it text. */
 static void csv_field(Buf *o, const char *s) {
-  buf_printf(o, "\"");
+  buf_printf(o, *s && strchr("=+-@\t\r", *s) ? "\"'" : "\"");
   for (; *s; s++) buf_printf(o, *s == '"' ? "\"\"" : "%c", *s);
   buf_printf(o, "\"");
 }
@@ -374,14 +388,24 @@ int report_csv(const Report *r, Buf *o) {
 
 /* ---------------------------------------------------------- markdown */
 
+
 int report_md(const Report *r, Buf *o) {
   ReportUnit u = unit_of(r);
   int ns = r->nstrategies;
-  buf_printf(o, "# ration report: %s on %s\n\n", r->g->name, r->d->name);
+  buf_printf(o, "# ration report: ");
+  md_text(o, r->g->name);
+  buf_printf(o, " on ");
+  md_text(o, r->d->name);
+  buf_printf(o, "\n\n");
   buf_printf(o, "Simulated training-step time of every planning strategy at every memory budget (ration %s; graph "
                 "sha256 `%s`).",
              RATION_VERSION, r->g->sha256);
-  if (r->command) buf_printf(o, " Made by\n\n    %s\n", r->command);
+  if (r->command) {
+    /* A code block shows its text as it is, up to a line break. */
+    buf_printf(o, " Made by\n\n    ");
+    for (const char *c = r->command; *c; c++) buf_printf(o, "%c", (unsigned char)*c < 0x20 ? ' ' : *c);
+    buf_printf(o, "\n");
+  }
   buf_printf(o, "\nThe same with explanations is in report.html; every number is in report.csv.\n\n"
                 "## What budget, at what cost\n\n");
   answer(r, o, false);
@@ -420,7 +444,7 @@ int report_md(const Report *r, Buf *o) {
       buf_printf(o, "| %s | %.2f %s | %s | ", f, (double)r->budgets[i] / u.bytes, u.name, r->strategies[j]);
       if (!c->feasible) {
         buf_printf(o, "infeasible | | | | ");
-        for (const char *s = c->note; *s; s++) buf_printf(o, *s == '|' ? "\\|" : "%c", *s);
+        md_text(o, c->note);
         buf_printf(o, " | | %.3f |\n", c->seconds);
         continue;
       }

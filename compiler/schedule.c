@@ -120,6 +120,38 @@ int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, in
   return 0;
 }
 
+/* Items grouped by a key, each group in the items' order: group k is
+ * items[start[k] .. start[k + 1]). Lets the builder visit what belongs to
+ * op i without a pass over every op or every stashed tensor at each op. */
+typedef struct Groups {
+  int *start, *items;
+} Groups;
+
+/* Groups ids[0..n) (or 0..n when ids is NULL) by key[id] in [0, nkeys);
+ * an id whose key is negative is in no group. */
+static int group_by(Groups *gr, const int *ids, int n, const int *key, int nkeys) {
+  gr->start = util_xcalloc((size_t)nkeys + 2, sizeof(int));
+  gr->items = util_xcalloc((size_t)n, sizeof(int));
+  if (!gr->start || !gr->items) return -1;
+  for (int i = 0; i < n; i++) {
+    int k = key[ids ? ids[i] : i];
+    if (k >= 0) gr->start[k + 2]++;
+  }
+  for (int k = 2; k < nkeys + 2; k++) gr->start[k] += gr->start[k - 1];
+  /* Filling group k advances start[k + 1] from its beginning to its end,
+   * which is the beginning of group k + 1. */
+  for (int i = 0; i < n; i++) {
+    int id = ids ? ids[i] : i, k = key[id];
+    if (k >= 0) gr->items[gr->start[k + 1]++] = id;
+  }
+  return 0;
+}
+
+static void groups_free(Groups *gr) {
+  free(gr->start);
+  free(gr->items);
+}
+
 typedef struct Builder {
   Plan *p;
   const Graph *g;
@@ -133,6 +165,8 @@ typedef struct Builder {
   int *prefetch_buf;/* tensor -> device buffer its prefetch fills, -1 */
   int *offload_src; /* tensor -> device buffer its offload reads, -1 */
   int *batch;       /* the copies one op issues, in queue order */
+  /* By op: stashed tensors by issue_op, need_op and wait_op; ops by rerun_at. */
+  Groups issued, needed, waited, reruns;
   Err *e;
 } Builder;
 
@@ -192,8 +226,7 @@ static int emit_compute(Builder *b, int op, bool recompute) {
 static int emit_op(Builder *b, int i) {
   const Graph *g = b->g;
   int n = 0;
-  for (int k = 0; k < g->nstashed; k++)
-    if (b->issue_op[g->stashed[k]] == i) b->batch[n++] = g->stashed[k];
+  for (int k = b->issued.start[i]; k < b->issued.start[i + 1]; k++) b->batch[n++] = b->issued.items[k];
   plan_queue_order(b->batch, n, b->need_op);
   for (int k = 0; k < n; k++) {
     int t = b->batch[k];
@@ -204,16 +237,15 @@ static int emit_op(Builder *b, int i) {
     s->to = id;
     b->prefetch_buf[t] = id;
   }
-  for (int k = 0; k < g->nstashed; k++) {
-    int t = g->stashed[k];
-    if (b->need_op[t] != i) continue;
+  for (int k = b->needed.start[i]; k < b->needed.start[i + 1]; k++) {
+    int t = b->needed.items[k];
     Step *s = plan_add_step(b->p, STEP_PREFETCH_WAIT);
     if (!s) return oom(b);
     s->to = b->prefetch_buf[t];
     b->cur[t] = b->prefetch_buf[t];
   }
-  for (int q = 0; q < i; q++)
-    if (b->rerun_at[q] == i && emit_compute(b, q, true)) return -1;
+  for (int k = b->reruns.start[i]; k < b->reruns.start[i + 1]; k++)
+    if (b->reruns.items[k] < i && emit_compute(b, b->reruns.items[k], true)) return -1;
   if (emit_compute(b, i, false)) return -1;
   const Op *o = &g->ops[i];
   n = 0;
@@ -230,9 +262,9 @@ static int emit_op(Builder *b, int i) {
     b->host_buf[t] = host;
     b->offload_src[t] = b->cur[t];
   }
-  for (int k = 0; k < g->nstashed; k++) {
-    int t = g->stashed[k];
-    if (b->wait_op[t] != i || b->host_buf[t] < 0) continue;
+  for (int k = b->waited.start[i]; k < b->waited.start[i + 1]; k++) {
+    int t = b->waited.items[k];
+    if (b->host_buf[t] < 0) continue;
     Step *s = plan_add_step(b->p, STEP_OFFLOAD_WAIT);
     if (!s) return oom(b);
     s->from = b->offload_src[t];
@@ -262,6 +294,13 @@ int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
     bool offloaded = g->tensors[t].stashed && plan_regenerable(g, t) && p->decisions[t] == DEC_OFFLOAD;
     b.wait_op[t] = offloaded ? plan_offload_wait_op(g, d, t) : -1;
   }
+  if (group_by(&b.issued, g->stashed, g->nstashed, b.issue_op, g->nops) ||
+      group_by(&b.needed, g->stashed, g->nstashed, b.need_op, g->nops) ||
+      group_by(&b.waited, g->stashed, g->nstashed, b.wait_op, g->nops) ||
+      group_by(&b.reruns, NULL, g->nops, b.rerun_at, g->nops)) {
+    oom(&b);
+    goto out;
+  }
   for (int t = 0; t < n; t++) {
     if (!graph_is_resident(&g->tensors[t])) continue;
     b.cur[t] = plan_add_buffer(p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
@@ -274,6 +313,10 @@ int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
     if (emit_op(&b, i)) goto out;
   rc = 0;
 out:
+  groups_free(&b.issued);
+  groups_free(&b.needed);
+  groups_free(&b.waited);
+  groups_free(&b.reruns);
   free(b.rerun_at);
   for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) free(*ints[k]);
   return rc;

@@ -209,44 +209,126 @@ static int check_copy(Check *c, int s) {
   }
 }
 
-typedef struct Span {
-  int64_t lo, hi;
-  int buf;
-} Span;
+/* Counts of occupied buffers over byte ranges: a segment tree over the
+ * elementary ranges between the plan's distinct offsets, with range add
+ * and range max. */
+typedef struct Cover {
+  int *max, *add, n;
+} Cover;
 
-static int cmp_span(const void *a, const void *b) {
-  const Span *x = a, *y = b;
-  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
-  return x->buf - y->buf;
+static void cover_add(Cover *c, int node, int l, int r, int ql, int qr, int v) {
+  if (qr <= l || r <= ql) return;
+  if (ql <= l && r <= qr) {
+    c->max[node] += v;
+    c->add[node] += v;
+    return;
+  }
+  int mid = (l + r) / 2;
+  cover_add(c, 2 * node, l, mid, ql, qr, v);
+  cover_add(c, 2 * node + 1, mid, r, ql, qr, v);
+  int a = c->max[2 * node], b = c->max[2 * node + 1];
+  c->max[node] = (a > b ? a : b) + c->add[node];
 }
 
-/* No two buffers of one space that overlap in bytes are occupied at once. */
-static int check_overlaps(const Plan *p, const Graph *g, const int *first, const int *last, Err *e) {
-  Span *spans = util_xcalloc((size_t)p->nbuffers, sizeof *spans);
-  if (!spans) return err_set(e, "%s: out of memory", plan_name(p));
-  for (int space = SPACE_DEVICE; space <= SPACE_HOST; space++) {
-    int n = 0;
-    for (int b = 0; b < p->nbuffers; b++)
-      if ((int)p->buffers[b].space == space && first[b] >= 0)
-        spans[n++] = (Span){p->buffers[b].offset, p->buffers[b].offset + p->buffers[b].bytes, b};
-    qsort(spans, (size_t)n, sizeof *spans, cmp_span);
-    for (int i = 0; i < n; i++)
-      for (int j = i + 1; j < n && spans[j].lo < spans[i].hi; j++) {
-        int a = spans[i].buf, b = spans[j].buf;
-        if (first[a] <= last[b] && first[b] <= last[a]) {
-          int s = first[a] > first[b] ? first[a] : first[b];
-          const char *na = p->buffers[a].tensor >= 0 ? g->tensors[p->buffers[a].tensor].name : "(workspace)";
-          const char *nb = p->buffers[b].tensor >= 0 ? g->tensors[p->buffers[b].tensor].name : "(workspace)";
-          err_set(e, "%s: steps[%d]: buffers %d (\"%s\") and %d (\"%s\") overlap in %s bytes while both are occupied",
-                  plan_name(p), s, a < b ? a : b, a < b ? na : nb, a < b ? b : a, a < b ? nb : na,
-                  space == SPACE_DEVICE ? "device" : "host");
-          free(spans);
-          return -1;
-        }
-      }
+static int cover_max(const Cover *c, int node, int l, int r, int ql, int qr) {
+  if (qr <= l || r <= ql) return 0;
+  if (ql <= l && r <= qr) return c->max[node];
+  int mid = (l + r) / 2, a = cover_max(c, 2 * node, l, mid, ql, qr), b = cover_max(c, 2 * node + 1, mid, r, ql, qr);
+  return (a > b ? a : b) + c->add[node];
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static const int *sort_key; /* qsort has no context argument in C11 */
+static int by_key_then_id(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  if (sort_key[x] != sort_key[y]) return sort_key[x] < sort_key[y] ? -1 : 1;
+  return x - y;
+}
+
+static int coord(const int64_t *xs, int n, int64_t v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (xs[mid] < v) lo = mid + 1;
+    else hi = mid;
   }
-  free(spans);
-  return 0;
+  return lo;
+}
+
+static bool bytes_meet(const Buffer *a, const Buffer *b) {
+  return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+/* No two buffers of one space that overlap in bytes are occupied at once:
+ * a sweep over the steps that adds each buffer's byte range when it
+ * becomes occupied and removes it after its last step, so a plan of n
+ * buffers is checked in O(n log n) however many share an offset. */
+static int check_overlaps(const Plan *p, const Graph *g, const int *first, const int *last, Err *e) {
+  int nb = p->nbuffers, *by_first = util_xcalloc((size_t)nb, sizeof(int)), *by_last = util_xcalloc((size_t)nb, sizeof(int));
+  int64_t *xs = util_xcalloc(2 * (size_t)nb, sizeof *xs);
+  Cover c = {util_xcalloc(8 * (size_t)nb + 4, sizeof(int)), util_xcalloc(8 * (size_t)nb + 4, sizeof(int)), 0};
+  int rc = -1;
+  if (!by_first || !by_last || !xs || !c.max || !c.add) {
+    err_set(e, "%s: out of memory", plan_name(p));
+    goto out;
+  }
+  for (int space = SPACE_DEVICE; space <= SPACE_HOST; space++) {
+    int n = 0, nx = 0;
+    for (int b = 0; b < nb; b++) {
+      const Buffer *bf = &p->buffers[b];
+      if ((int)bf->space != space || first[b] < 0 || bf->bytes == 0) continue;
+      by_first[n] = by_last[n] = b, n++;
+      xs[nx++] = bf->offset, xs[nx++] = bf->offset + bf->bytes;
+    }
+    qsort(xs, (size_t)nx, sizeof *xs, cmp_i64);
+    int m = 0;
+    for (int i = 0; i < nx; i++)
+      if (m == 0 || xs[i] != xs[m - 1]) xs[m++] = xs[i];
+    memset(c.max, 0, (8 * (size_t)nb + 4) * sizeof(int));
+    memset(c.add, 0, (8 * (size_t)nb + 4) * sizeof(int));
+    sort_key = first;
+    qsort(by_first, (size_t)n, sizeof(int), by_key_then_id);
+    sort_key = last;
+    qsort(by_last, (size_t)n, sizeof(int), by_key_then_id);
+    for (int i = 0, r = 0; i < n; i++) {
+      int b = by_first[i], s = first[b];
+      const Buffer *bf = &p->buffers[b];
+      for (; r < n && last[by_last[r]] < s; r++) {
+        const Buffer *gone = &p->buffers[by_last[r]];
+        cover_add(&c, 1, 0, m - 1, coord(xs, m, gone->offset), coord(xs, m, gone->offset + gone->bytes), -1);
+      }
+      int lo = coord(xs, m, bf->offset), hi = coord(xs, m, bf->offset + bf->bytes);
+      if (cover_max(&c, 1, 0, m - 1, lo, hi) == 0) {
+        cover_add(&c, 1, 0, m - 1, lo, hi, 1);
+        continue;
+      }
+      /* Found at the step s: name the occupied buffer it meets. */
+      int a = 0;
+      for (; a < nb; a++)
+        if (a != b && (int)p->buffers[a].space == space && p->buffers[a].bytes > 0 && first[a] >= 0 &&
+            first[a] <= s && last[a] >= s && bytes_meet(&p->buffers[a], bf))
+          break;
+      if (a == nb) a = b; /* the count found one; this keeps the index in range */
+      const char *na = p->buffers[a].tensor >= 0 ? g->tensors[p->buffers[a].tensor].name : "(workspace)";
+      const char *nbn = bf->tensor >= 0 ? g->tensors[bf->tensor].name : "(workspace)";
+      err_set(e, "%s: steps[%d]: buffers %d (\"%s\") and %d (\"%s\") overlap in %s bytes while both are occupied",
+              plan_name(p), s, a < b ? a : b, a < b ? na : nbn, a < b ? b : a, a < b ? nbn : na,
+              space == SPACE_DEVICE ? "device" : "host");
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  free(by_first);
+  free(by_last);
+  free(xs);
+  free(c.max);
+  free(c.add);
+  return rc;
 }
 
 static int check_buffers(const Plan *p, const Graph *g, Err *e) {
@@ -338,21 +420,15 @@ static double bytes_free_at(const Plan *p, const int *first, const int *last, co
   return at;
 }
 
-int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e) {
-  memset(r, 0, sizeof *r);
-  if (sim_check(p, g, e)) return -1;
-  int n = p->nbuffers, ns = p->nsteps;
-  int *first = util_xcalloc((size_t)n, sizeof(int)), *last = util_xcalloc((size_t)n, sizeof(int));
+int sim_live(const Plan *p, const int *first, const int *last, SimResult *r) {
+  int ns = p->nsteps;
   int64_t *delta = util_xcalloc((size_t)ns + 1, sizeof(int64_t)), *host_delta = util_xcalloc((size_t)ns + 1, sizeof(int64_t));
-  double *done = util_xcalloc((size_t)ns, sizeof(double)), *copy_end = util_xcalloc((size_t)n, sizeof(double));
-  r->live_bytes = with_trace ? util_xcalloc((size_t)ns, sizeof(int64_t)) : NULL;
-  int rc = -1;
-  if (!first || !last || !delta || !host_delta || !done || !copy_end || (with_trace && !r->live_bytes)) {
-    err_set(e, "%s: out of memory", plan_name(p));
-    goto out;
+  if (!delta || !host_delta) {
+    free(delta);
+    free(host_delta);
+    return -1;
   }
-  sim_occupancy(p, g, first, last);
-  for (int b = 0; b < n; b++) {
+  for (int b = 0; b < p->nbuffers; b++) {
     if (first[b] < 0) continue;
     int64_t *dl = p->buffers[b].space == SPACE_DEVICE ? delta : host_delta;
     dl[first[b]] += p->buffers[b].bytes;
@@ -363,11 +439,33 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
   for (int s = 0; s < ns; s++) {
     live += delta[s];
     host += host_delta[s];
-    if (with_trace) r->live_bytes[s] = live;
+    if (r->live_bytes) r->live_bytes[s] = live;
     if (live > r->peak_live_bytes) r->peak_live_bytes = live, r->peak_step = s;
     if (host > r->peak_host_bytes) r->peak_host_bytes = host;
   }
   r->nsteps = ns;
+  free(delta);
+  free(host_delta);
+  return 0;
+}
+
+int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e) {
+  memset(r, 0, sizeof *r);
+  if (sim_check(p, g, e)) return -1;
+  int n = p->nbuffers, ns = p->nsteps;
+  int *first = util_xcalloc((size_t)n, sizeof(int)), *last = util_xcalloc((size_t)n, sizeof(int));
+  double *done = util_xcalloc((size_t)ns, sizeof(double)), *copy_end = util_xcalloc((size_t)n, sizeof(double));
+  r->live_bytes = with_trace ? util_xcalloc((size_t)ns, sizeof(int64_t)) : NULL;
+  int rc = -1;
+  if (!first || !last || !done || !copy_end || (with_trace && !r->live_bytes)) {
+    err_set(e, "%s: out of memory", plan_name(p));
+    goto out;
+  }
+  sim_occupancy(p, g, first, last);
+  if (sim_live(p, first, last, r)) {
+    err_set(e, "%s: out of memory", plan_name(p));
+    goto out;
+  }
   double compute = 0, d2h = 0, h2d = 0;
   for (int s = 0; s < ns; s++) {
     const Step *st = &p->steps[s];
@@ -422,8 +520,6 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
 out:
   free(first);
   free(last);
-  free(delta);
-  free(host_delta);
   free(done);
   free(copy_end);
   if (rc) sim_result_free(r);

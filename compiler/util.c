@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,22 +92,29 @@ char *util_read_file(const char *path, size_t *len, Err *e) {
     err_set(e, "%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
+  /* The limit holds for what has no size to check first (a FIFO, a
+   * device, standard input): reading stops one byte past it. */
+  const size_t limit = (size_t)JSON_MAX_FILE_BYTES;
   size_t cap = 1 << 16, n = 0;
   char *data = malloc(cap);
   while (data) {
     n += fread(data + n, 1, cap - n - 1, f);
-    if (n < cap - 1) break;
-    char *grown = realloc(data, cap * 2);
+    if (n < cap - 1 || n > limit) break;
+    size_t want = cap * 2 > limit + 2 ? limit + 2 : cap * 2;
+    char *grown = realloc(data, want);
     if (!grown) {
       free(data);
       data = NULL;
       break;
     }
     data = grown;
-    cap *= 2;
+    cap = want;
   }
-  if (!data || ferror(f)) {
-    err_set(e, "%s: cannot read: %s", path, data ? strerror(errno) : "out of memory");
+  if (!data || ferror(f) || n > limit) {
+    if (data && n > limit)
+      err_set(e, "%s: more than %zu bytes, over the limit of %zu bytes (1 GiB)", path, limit, limit);
+    else
+      err_set(e, "%s: cannot read: %s", path, data ? strerror(errno) : "out of memory");
     free(data);
     fclose(f);
     return NULL;
@@ -118,42 +127,90 @@ char *util_read_file(const char *path, size_t *len, Err *e) {
 
 /* A test hook, read once per write: RATION_TEST_FAIL_WRITE=K fails the K-th
  * file of a set (1-based) as a full disk would; RATION_TEST_WRITE_PAUSE_MS=M
- * sleeps after each file's bytes are down, so a test can kill the run there. */
+ * sleeps after each file's bytes are down and RATION_TEST_COMMIT_PAUSE_MS=M
+ * between two renames of the commit, so a test can kill the run there. */
 static long test_env(const char *name) {
   const char *v = getenv(name);
   return v ? strtol(v, NULL, 10) : 0;
 }
 
-typedef struct TmpFile {
-  int fd;
-  char *named; /* the temporary's name when O_TMPFILE was not available */
-} TmpFile;
+static void test_pause(long ms) {
+  if (ms <= 0) return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
 
-/* An unnamed file in PATH's directory (O_TMPFILE), so that a run killed
- * while writing leaves nothing behind; else PATH.tmp.PID. */
-static int open_tmp(const char *path, TmpFile *t, Err *e) {
-  size_t plen = strlen(path);
-  char *dir = malloc(plen + 32);
-  if (!dir) return err_set(e, "%s: out of memory", path);
+/* One output of a set. A regular file (or a new one) is written to a
+ * temporary beside it and renamed over it at commit; anything else (a
+ * device, a FIFO, a terminal) is written in place and never replaced. */
+typedef struct Target {
+  int fd;
+  bool stream, linked; /* linked: the temporary has its name already */
+  char *dest;  /* PATH with its symbolic links resolved, so a link stays a link */
+  char *named; /* the temporary's name: DEST.tmp.PID, from open or from commit */
+} Target;
+
+static int tmp_name(Target *t) {
+  size_t n = strlen(t->dest) + 32;
+  if (!(t->named = malloc(n))) return -1;
+  snprintf(t->named, n, "%s.tmp.%ld", t->dest, (long)getpid());
+  return 0;
+}
+
+/* The absolute name of a file not yet there: its directory resolved, so
+ * that two names of one file compare equal. */
+static char *new_dest(const char *path) {
   const char *slash = strrchr(path, '/');
+  char *dir = slash ? malloc((size_t)(slash - path) + 2) : util_strdup(".");
+  if (!dir) return NULL;
   if (slash) {
     memcpy(dir, path, (size_t)(slash - path) + 1);
     dir[slash - path + 1] = 0;
-  } else {
-    strcpy(dir, ".");
   }
-  t->named = NULL;
-  t->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  char *real = realpath(dir, NULL), *dest = NULL;
+  const char *base = slash ? slash + 1 : path;
+  free(dir);
+  if (real && (dest = malloc(strlen(real) + strlen(base) + 2)))
+    sprintf(dest, "%s/%s", strcmp(real, "/") ? real : "", base);
+  free(real);
+  return dest;
+}
+
+/* Checks PATH and opens what its bytes go to: an unnamed file in the
+ * directory of a regular target (O_TMPFILE, so that a run killed while
+ * writing leaves nothing behind; else the named temporary), with the mode
+ * (and, where permitted, the owner) of the file it will replace. */
+static int open_target(const char *path, Target *t, Err *e) {
+  struct stat st;
+  bool exists = stat(path, &st) == 0;
+  if (!exists && errno != ENOENT) return err_set(e, "%s: cannot write: %s", path, strerror(errno));
+  if (exists && S_ISDIR(st.st_mode)) return err_set(e, "%s: cannot write: %s", path, strerror(EISDIR));
+  if (exists && !S_ISREG(st.st_mode)) {
+    t->stream = true;
+    return 0;
+  }
+  if (!(t->dest = exists ? realpath(path, NULL) : new_dest(path)))
+    return err_set(e, "%s: cannot write: %s", path, strerror(errno));
+  char *slash = strrchr(t->dest, '/');
+  *slash = 0;
+  t->fd = open(slash == t->dest ? "/" : t->dest, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  *slash = '/';
   if (t->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-    snprintf(dir, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    t->fd = open(dir, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
-    if (t->fd >= 0) {
-      t->named = dir;
-      return 0;
+    if (tmp_name(t)) return err_set(e, "%s: out of memory", path);
+    t->fd = open(t->named, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+    t->linked = t->fd >= 0;
+    if (!t->linked) {
+      free(t->named);
+      t->named = NULL;
     }
   }
-  free(dir);
   if (t->fd < 0) return err_set(e, "%s: cannot write: %s", path, strerror(errno));
+  if (exists) {
+    if (fchmod(t->fd, st.st_mode & 07777)) return err_set(e, "%s: cannot write: %s", path, strerror(errno));
+    /* Only root may give a file away; anyone else keeps the new file theirs. */
+    if ((st.st_uid != geteuid() || st.st_gid != getegid()) && fchown(t->fd, st.st_uid, st.st_gid) && errno != EPERM)
+      return err_set(e, "%s: cannot write: %s", path, strerror(errno));
+  }
   return 0;
 }
 
@@ -168,62 +225,110 @@ static int write_all(int fd, const char *data, size_t len) {
   return 0;
 }
 
-/* Gives an unnamed temporary the name PATH.tmp.PID, ready to rename. */
-static int name_tmp(const char *path, TmpFile *t) {
-  if (t->named) return 0;
-  size_t plen = strlen(path);
-  char proc[64], *name = malloc(plen + 32);
-  if (!name) return -1;
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", t->fd);
-  snprintf(name, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-  unlink(name);
-  if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) != 0) {
-    free(name);
-    return -1;
+/* Names every temporary, then renames each over its target, so that a
+ * failure to name one (the likelier failure) replaces nothing. Only calls
+ * that are safe in a forked child; *failed is the file that failed. */
+static int commit(const Target *t, int n, long pause_ms, int *failed) {
+  char proc[64];
+  for (int i = 0; i < n; i++) {
+    if (t[i].stream || t[i].linked) continue;
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", t[i].fd);
+    unlink(t[i].named);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, t[i].named, AT_SYMLINK_FOLLOW) != 0) return *failed = i, errno;
   }
-  t->named = name;
+  for (int i = 0, renamed = 0; i < n; i++) {
+    if (t[i].stream) continue;
+    if (renamed++) test_pause(pause_ms);
+    if (rename(t[i].named, t[i].dest) != 0) return *failed = i, errno;
+  }
   return 0;
 }
 
+/* Whatever temporary is still named; a renamed one is gone already. */
+static void remove_temps(const Target *t, int n) {
+  for (int i = 0; i < n; i++)
+    if (t[i].named) unlink(t[i].named);
+}
+
+/* The commit runs in a child that ignores the terminal's signals: a kill
+ * of the command between two renames cannot leave half a new set, nor a
+ * named temporary. Without a child (fork failed) it runs here. */
+static int commit_whole(const Target *t, int n, long pause_ms, int *failed) {
+  int pipefd[2] = {-1, -1};
+  pid_t pid = pipe2(pipefd, O_CLOEXEC) == 0 ? fork() : -1;
+  if (pid < 0) {
+    if (pipefd[0] >= 0) close(pipefd[0]), close(pipefd[1]);
+    int err = commit(t, n, pause_ms, failed);
+    remove_temps(t, n);
+    return err;
+  }
+  if (pid == 0) {
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    int res[2] = {0, 0};
+    res[1] = commit(t, n, pause_ms, &res[0]);
+    if (res[1]) remove_temps(t, n);
+    _exit(write(pipefd[1], res, sizeof res) == sizeof res ? 0 : 1);
+  }
+  close(pipefd[1]);
+  int res[2] = {0, EIO}, status;
+  ssize_t got;
+  do got = read(pipefd[0], res, sizeof res);
+  while (got < 0 && errno == EINTR);
+  close(pipefd[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) continue;
+  if (got != sizeof res) res[0] = 0, res[1] = EIO;
+  remove_temps(t, n);
+  *failed = res[0];
+  return res[1];
+}
+
 int util_write_files_atomic(const OutFile *files, int n, Err *e) {
-  TmpFile *tmp = util_xcalloc((size_t)n, sizeof *tmp);
-  if (!tmp) return err_set(e, "%s: out of memory", n ? files[0].path : "output");
+  Target *t = util_xcalloc((size_t)n, sizeof *t);
+  if (!t) return err_set(e, "%s: out of memory", n ? files[0].path : "output");
+  for (int i = 0; i < n; i++) t[i].fd = -1;
   long fail_at = test_env("RATION_TEST_FAIL_WRITE"), pause_ms = test_env("RATION_TEST_WRITE_PAUSE_MS");
-  int opened = 0, rc = 0;
-  /* Every file's bytes are down and synced before any of them is renamed
-   * into place, so a failure leaves the previous set as it was. */
+  int rc = 0;
+  /* Every target is checked and every regular file's bytes are down and
+   * synced before anything is written in place or renamed, so a failure
+   * leaves the previous set as it was. */
   for (int i = 0; i < n && rc == 0; i++) {
-    if (open_tmp(files[i].path, &tmp[i], e)) {
-      rc = -1;
-      break;
-    }
-    opened++;
+    rc = open_target(files[i].path, &t[i], e);
+    for (int k = 0; k < i && rc == 0; k++)
+      if (t[i].dest && t[k].dest && !strcmp(t[i].dest, t[k].dest))
+        rc = err_set(e, "%s: cannot write: the same file as %s, another output of this command", files[i].path,
+                     files[k].path);
+  }
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (t[i].stream) continue;
     if (fail_at == i + 1) errno = ENOSPC;
-    if (fail_at == i + 1 || write_all(tmp[i].fd, files[i].data, files[i].len) || fsync(tmp[i].fd))
+    if (fail_at == i + 1 || write_all(t[i].fd, files[i].data, files[i].len) || fsync(t[i].fd))
       rc = err_set(e, "%s: cannot write: %s", files[i].path, strerror(errno));
-    if (rc == 0 && pause_ms > 0) {
-      struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
-      nanosleep(&ts, NULL);
-    }
+    else
+      test_pause(pause_ms);
   }
-  for (int i = 0; i < n && rc == 0; i++)
-    if (name_tmp(files[i].path, &tmp[i])) rc = err_set(e, "%s: cannot write: %s", files[i].path, strerror(errno));
-  /* Renames are each atomic; the set is as close as POSIX allows (a kill
-   * between two renames leaves the earlier ones new, nothing partial). */
   for (int i = 0; i < n && rc == 0; i++) {
-    if (rename(tmp[i].named, files[i].path) != 0) {
+    if (!t[i].named && !t[i].stream && tmp_name(&t[i])) rc = err_set(e, "%s: out of memory", files[i].path);
+  }
+  /* What is not a regular file cannot be replaced as a whole; it is
+   * written last of all, after every check that could fail the set. */
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (!t[i].stream) continue;
+    if (fail_at == i + 1) errno = ENOSPC;
+    if (fail_at == i + 1 || (t[i].fd = open(files[i].path, O_WRONLY | O_CLOEXEC | O_NOCTTY)) < 0 ||
+        write_all(t[i].fd, files[i].data, files[i].len))
       rc = err_set(e, "%s: cannot write: %s", files[i].path, strerror(errno));
-      break;
-    }
-    free(tmp[i].named);
-    tmp[i].named = NULL;
   }
-  for (int i = 0; i < opened; i++) {
-    if (tmp[i].named) unlink(tmp[i].named);
-    free(tmp[i].named);
-    close(tmp[i].fd);
+  int failed = 0, err = rc ? 0 : commit_whole(t, n, test_env("RATION_TEST_COMMIT_PAUSE_MS"), &failed);
+  if (err) rc = err_set(e, "%s: cannot write: %s", files[failed].path, strerror(err));
+  if (rc) remove_temps(t, n);
+  for (int i = 0; i < n; i++) {
+    if (t[i].fd >= 0) close(t[i].fd);
+    free(t[i].dest);
+    free(t[i].named);
   }
-  free(tmp);
+  free(t);
   return rc;
 }
 

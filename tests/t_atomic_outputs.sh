@@ -1,8 +1,9 @@
 # t_atomic_outputs.sh - `ration plan` writes OUT.plan.json, OUT.sched.c and
 # OUT.sched.h as one set: a run that fails while writing (an injected full
-# disk at each file) or is killed (SIGKILL while a file is written, or at
-# random points of a real run) leaves the previous set byte for byte, or a
-# complete new one, never a partial file and never a temporary.
+# disk at each file) or is killed (SIGKILL while a file is written, between
+# two renames of the commit, or at random points of a real run) leaves the
+# previous set byte for byte, or a complete new one, never a partial file
+# and never a temporary.
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 set3() { for x in plan.json sched.c sched.h; do printf '%s ' "$1.$x"; done; }
@@ -43,6 +44,23 @@ for k in 1 2 3; do
     if [ "$good" = y ]; then ok "SIGKILL while writing file $k ($prev set before): nothing half-written"
     else fail "SIGKILL while writing file $k ($prev set before): nothing half-written" "left: $left"; fi
   done
+done
+
+# Killed between two renames of the commit: the commit is finished all the
+# same (it runs in a child of its own), so the new set is whole and no
+# temporary is left.
+mkdir "$tmp/newref"
+$RATION plan tests/data/mlp.json --device cpu --budget 1GiB -o "$tmp/newref/out" >/dev/null 2>&1
+for k in 1 2; do
+  d="$tmp/commit$k"; mkdir "$d"
+  for x in plan.json sched.c sched.h; do cp "$tmp/ref1.$x" "$d/out.$x"; done
+  RATION_TEST_COMMIT_PAUSE_MS=600 $RATION plan tests/data/mlp.json --device cpu --budget 1GiB -o "$d/out" >/dev/null 2>&1 &
+  pid=$!
+  if [ $k = 1 ]; then sleep 0.35; else sleep 0.95; fi
+  kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+  for w in 1 2 3 4 5 6 7 8 9 10; do same_set "$d/out" "$tmp/newref/out" && no_temps "$d" && break; sleep 0.5; done
+  if same_set "$d/out" "$tmp/newref/out" && no_temps "$d"; then ok "SIGKILL between renames $k and $((k + 1)): the new set whole, no temporary"
+  else fail "SIGKILL between renames $k and $((k + 1)): the new set whole, no temporary" "$(ls "$d")"; fi
 done
 
 # A real run on a large model, killed at spread-out moments: every file

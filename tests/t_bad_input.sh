@@ -39,5 +39,18 @@ awk 'BEGIN { printf "{\"format\": \"ration-graph/1\", \"ops\": [], \"tensors\": 
 expect_fail "over 1,000,000 tensors" "$tmp/many.json: tensors: more than 1000000 entries (the limit)" "$RATION" info "$tmp/many.json"
 truncate -s 1073741825 "$tmp/huge.json"
 expect_fail "file over 1 GiB" "$tmp/huge.json: file is 1073741825 bytes, over the limit of 1073741824 bytes (1 GiB)" "$RATION" info "$tmp/huge.json"
+# The limit holds for inputs with no size to check first: reading stops
+# past 1 GiB (under a 3 GB address-space cap where the build allows one,
+# so that a reader without the limit fails here rather than filling memory).
+cap() { case "$BUILD" in *san*) "$@";; *) (ulimit -v 3000000; "$@");; esac; }
+over="more than 1073741824 bytes, over the limit of 1073741824 bytes (1 GiB)"
+expect_fail "/dev/zero: over the limit" "/dev/zero: $over" cap timeout 60 "$RATION" info /dev/zero
+mkfifo "$tmp/fifo"
+(head -c 1073741825 /dev/zero >"$tmp/fifo" 2>/dev/null &)
+expect_fail "a FIFO: over the limit" "$tmp/fifo: $over" cap timeout 60 "$RATION" info "$tmp/fifo"
+rm -f "$tmp/fifo"
+stdin_err=$(head -c 1073741825 /dev/zero 2>/dev/null | cap timeout 60 "$RATION" info /dev/stdin 2>&1 >/dev/null); st=$?
+if [ $st -eq 2 ] && [ "$stdin_err" = "/dev/stdin: $over" ]; then ok "standard input: over the limit"
+else fail "standard input: over the limit" "status $st: $stdin_err"; fi
 expect_fail "missing file" "$tmp/none.json: cannot open: No such file or directory" "$RATION" info "$tmp/none.json"
 t_done

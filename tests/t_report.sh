@@ -111,6 +111,38 @@ for want in ("params", "optimizer state", "stashed, kept", "peak", "budget"): as
 ' "$tmp/t.svg" 2>"$tmp/t.err"; then ok "plan --timeline writes a well-formed SVG with the kinds, the peak and the budget"
 else fail "plan --timeline writes a well-formed SVG with the kinds, the peak and the budget" "$(cat "$tmp/t.err")"; fi
 
+# Hostile names: a spreadsheet formula in every CSV cell they reach, and
+# HTML, Markdown and a newline in report.md, are neutralized.
+$PY - "$tmp" <<'PYEOF'
+import json, sys
+g = json.load(open("tests/data/mlp.json"))
+g["name"] = "=HYPERLINK(\"http://x\")\n# <img src=x onerror=alert(1)> [a](b) | *"
+json.dump(g, open(sys.argv[1] + "/hostile.json", "w"))
+d = json.load(open("tests/data/dev.json"))
+d["name"] = "@SUM(1+1)<b>&amp;"
+json.dump(d, open(sys.argv[1] + "/hostile-dev.json", "w"))
+PYEOF
+if $RATION report "$tmp/hostile.json" --device "$tmp/hostile-dev.json" --points 2 --strategies keep-all,sqrt-n \
+     -o "$tmp/hostile" >/dev/null 2>"$tmp/hostile.err" && $PY - "$tmp/hostile" 2>>"$tmp/hostile.err" <<'PYEOF'
+import csv, re, sys
+d = sys.argv[1]
+rows = list(csv.reader(open(d + "/report.csv", newline="")))
+for row in rows[1:]:
+    for cell in row:
+        assert not cell or cell[0] not in "=+-@\t\r", "a formula cell: %r" % cell
+    assert row[0].startswith("'=HYPERLINK") and row[1].startswith("'@SUM"), row[:2]
+md = open(d + "/report.md").read()
+head = md.split("\n")[0]
+assert head.startswith("# ration report: =HYPERLINK"), head
+assert "onerror" in head and not re.search(r"(?<!\\)[<&]", md), head
+assert "\\<img" in head and "\\[a\\](b) \\| \\*" in head and "\\&amp;" in head, head
+assert "\n# " not in md.split("## ")[0][2:], "the name started a heading"
+html = open(d + "/report.html").read()
+assert "<img" not in html and "&lt;img" in html, "report.html"
+PYEOF
+then ok "hostile graph and device names: no formula in report.csv, shown as text in report.md and report.html"
+else fail "hostile graph and device names: no formula in report.csv, shown as text in report.md and report.html" "$(cat "$tmp/hostile.err")"; fi
+
 expect_fail "report: unknown strategy" 'unknown strategy "nope"' $RATION report $GRAPH --device $DEV --strategies keep-all,nope -o "$tmp/x"
 expect_fail "report: --points 0" "--points" $RATION report $GRAPH --device $DEV --points 0 -o "$tmp/x"
 expect_fail "report: --points and --budgets" "not both" $RATION report $GRAPH --device $DEV --points 3 --budgets 1GiB -o "$tmp/x"

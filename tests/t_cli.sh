@@ -1,0 +1,35 @@
+# t_cli.sh - `ration COMMAND --help` prints that command's usage on stdout
+# and exits 0; --device NAME finds a profile from any directory: in
+# $RATION_DEVICES first, then the installed profiles, then ./budgets.
+. tests/lib.sh
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+R=$(cd "$(dirname "$RATION")" && pwd)/$(basename "$RATION")
+for c in plan simulate info model report version; do
+  out=$($R $c --help 2>"$tmp/err"); st=$?
+  if [ $st -eq 0 ] && printf '%s\n' "$out" | grep -q "^  ration $c" && [ "$(printf '%s\n' "$out" | grep -c '^  ration ')" -eq 1 ] &&
+     [ ! -s "$tmp/err" ]; then ok "ration $c --help: its usage alone, exit 0"
+  else fail "ration $c --help: its usage alone, exit 0" "status $st: $out $(cat "$tmp/err")"; fi
+done
+out=$($R --help); st=$?
+if [ $st -eq 0 ] && [ "$(printf '%s\n' "$out" | grep -c '^  ration ')" -eq 6 ]; then ok "ration --help: every command, exit 0"
+else fail "ration --help: every command, exit 0" "status $st"; fi
+err=$($R 2>&1 >/dev/null); st=$?
+if [ $st -eq 2 ] && [ "$(printf '%s\n' "$err" | head -1)" = "usage: ration COMMAND ..." ]; then ok "no command: usage on stderr, exit 2"
+else fail "no command: usage on stderr, exit 2" "status $st"; fi
+
+mkdir "$tmp/devs" "$tmp/elsewhere"
+sed 's/"test-gpu"/"from-env"/' tests/data/dev.json >"$tmp/devs/mine.json"
+sed 's/"cpu"/"shadowed"/' budgets/cpu.json >"$tmp/devs/cpu.json"
+G=$(pwd)/tests/data/mlp.json
+out=$(cd "$tmp/elsewhere" && RATION_DEVICES="$tmp/none:$tmp/devs" $R info "$G" --device mine)
+if printf '%s' "$out" | grep -q "device from-env ($tmp/devs/mine.json)"; then ok "--device NAME from \$RATION_DEVICES, in another directory"
+else fail "--device NAME from \$RATION_DEVICES, in another directory" "$out"; fi
+out=$(RATION_DEVICES="$tmp/devs" $R info "$G" --device cpu)
+if printf '%s' "$out" | grep -q "device shadowed"; then ok "\$RATION_DEVICES comes before ./budgets"
+else fail "\$RATION_DEVICES comes before ./budgets" "$out"; fi
+out=$($R info "$G" --device cpu)
+if printf '%s' "$out" | grep -q "(budgets/cpu.json)"; then ok "./budgets last"; else fail "./budgets last" "$out"; fi
+cd "$tmp/elsewhere"
+expect_fail "an unknown profile, in another directory: where it was looked for" \
+  'no file "nope" and no profile nope.json in $RATION_DEVICES' $R info "$G" --device nope
+t_done
