@@ -91,6 +91,15 @@ def run_model(name):
           f"{name}: keep-all stashed bytes of the graph ({by_ration}, {len(graph.stashed())} tensors) "
           f"= bytes autograd saves unplanned ({plain})", f"python {graph.stashed_bytes()}")
 
+    if name == "gpt2":
+        timed = ration_torch.export(model, inputs, loss_fn, optimizer=opt, profile=True)
+        ops = timed.data["ops"]
+        p = ration_torch.plan(timed, device="cpu", strategy="keep-all")
+        check(all(op.get("time_us", -1) >= 0 for op in ops) and [o["name"] for o in ops] ==
+              [o["name"] for o in graph.data["ops"]] and p.data["predicted"]["step_seconds"] > 0,
+              f"{name}: export(profile=True) gives every op of the same graph its measured time_us "
+              f"({sum(o['time_us'] for o in ops) / 1e3:.1f} ms in all), and ration plans with them")
+
     ref, _ = grads_of_step(model, inputs, loss_fn)
     for device, budget, strategy in PLANS[name]:
         label = f"{name}: {strategy or 'ilp'}{' at ' + budget if budget else ''} on {device}"
