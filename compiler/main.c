@@ -28,6 +28,10 @@ static const struct {
     {"report", "  ration report GRAPH --device D [--points N | --budgets LIST] [--strategies LIST]\n"
                "                    [--time-limit SEC] [--solver glpk|cbc] [--costs FILE] -o DIR\n"
                "      writes DIR/report.html, DIR/report.csv and DIR/report.md\n"},
+    {"fit", "  ration fit gpt2|llama|unet [model flags] --device D --vary batch|seq [--max-slowdown P%]\n"
+            "                    [--budget BYTES] [--strategy S] [--time-limit SEC] [--solver glpk|cbc] [-o FILE.csv]\n"
+            "      the largest batch or sequence (a unet's image side) whose plan fits the budget (default: the\n"
+            "      device's) within P% of keep-all's step at that size, by doubling and bisection; the curve to FILE.csv\n"},
     {"version", "  ration version\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
@@ -244,44 +248,53 @@ static int parse_int_opt(const char *opt, const char *arg) {
   return (int)v;
 }
 
+/* One of `ration model`'s flags at argv[i] into c: how many arguments it
+ * took, or 0 when argv[i] is not a model flag. */
+static int model_flag(ModelConfig *c, int argc, char **argv, int i) {
+  static const char *const int_opts[] = {"--layers", "--dim", "--heads", "--kv-heads", "--ffn",
+                                         "--vocab",  "--vocab-pad", "--seq", "--batch"};
+  int *int_vals[] = {&c->layers, &c->dim, &c->heads, &c->kv_heads, &c->ffn, &c->vocab, &c->vocab_pad, &c->seq, &c->batch};
+  const int nint = (int)(sizeof int_vals / sizeof int_vals[0]);
+  const char *a = argv[i];
+  if (!strcmp(a, "--tied")) {
+    c->tied = true;
+    return 1;
+  }
+  int k = 0;
+  while (k < nint && strcmp(a, int_opts[k])) k++;
+  bool known = k < nint || !strcmp(a, "--dtype") || !strcmp(a, "--lr") || !strcmp(a, "--theta") || !strcmp(a, "--name");
+  if (!known) return 0;
+  if (i + 1 >= argc) die_usage("%s needs a value", a);
+  const char *v = argv[i + 1];
+  if (k < nint) {
+    *int_vals[k] = parse_int_opt(a, v);
+  } else if (!strcmp(a, "--dtype")) {
+    if (strcmp(v, "f32") && strcmp(v, "bf16")) die_usage("--dtype: \"%s\" is not f32 or bf16", v);
+    c->dtype = strcmp(v, "f32") ? DT_BF16 : DT_F32;
+  } else if (!strcmp(a, "--name")) {
+    c->name = v;
+  } else {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0)) die_usage("%s needs a positive number", a);
+    *(!strcmp(a, "--lr") ? &c->lr : &c->theta) = x;
+  }
+  return 2;
+}
+
 static int cmd_model(int argc, char **argv) {
   if (argc < 1 || argv[0][0] == '-') die_usage("%s", "model needs FAMILY (gpt2, llama, unet)");
   Err e;
   ModelConfig c;
   if (model_defaults(argv[0], &c, &e)) die(&e);
   const char *out = NULL;
-  static const char *const int_opts[] = {"--layers", "--dim", "--heads", "--kv-heads", "--ffn",
-                                         "--vocab",  "--vocab-pad", "--seq", "--batch"};
-  int *int_vals[] = {&c.layers, &c.dim, &c.heads, &c.kv_heads, &c.ffn, &c.vocab, &c.vocab_pad, &c.seq, &c.batch};
-  const int nint = (int)(sizeof int_vals / sizeof int_vals[0]);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--tied")) {
-      c.tied = true;
-      continue;
-    }
-    if (a[0] != '-') die_usage("model: unexpected argument %s", a);
-    if (i + 1 >= argc) die_usage("%s needs a value", a);
-    const char *v = argv[++i];
-    int k = 0;
-    while (k < nint && strcmp(a, int_opts[k])) k++;
-    if (k < nint) {
-      *int_vals[k] = parse_int_opt(a, v);
-    } else if (!strcmp(a, "--dtype")) {
-      if (strcmp(v, "f32") && strcmp(v, "bf16")) die_usage("--dtype: \"%s\" is not f32 or bf16", v);
-      c.dtype = strcmp(v, "f32") ? DT_BF16 : DT_F32;
-    } else if (!strcmp(a, "--lr") || !strcmp(a, "--theta")) {
-      char *end;
-      double x = strtod(v, &end);
-      if (end == v || *end || !(x > 0)) die_usage("%s needs a positive number", a);
-      *(!strcmp(a, "--lr") ? &c.lr : &c.theta) = x;
-    } else if (!strcmp(a, "--name")) {
-      c.name = v;
-    } else if (!strcmp(a, "-o")) {
-      out = v;
-    } else {
-      die_usage("model: unknown option %s", a);
-    }
+  for (int i = 1, n; i < argc; i += n) {
+    if ((n = model_flag(&c, argc, argv, i))) continue;
+    if (strcmp(argv[i], "-o")) die_usage(argv[i][0] == '-' ? "model: unknown option %s" : "model: unexpected argument %s",
+                                         argv[i]);
+    if (i + 1 >= argc) die_usage("%s needs a value", argv[i]);
+    out = argv[i + 1];
+    n = 2;
   }
   if (!out) die_usage("%s", "model needs -o FILE");
   /* The graph is named after its file unless --name says otherwise. */
@@ -303,6 +316,91 @@ static int cmd_model(int argc, char **argv) {
          st.stashed_bytes);
   buf_free(&json);
   return 0;
+}
+
+static int cmd_fit(int argc, char **argv) {
+  if (argc < 1 || argv[0][0] == '-') die_usage("%s", "fit needs FAMILY (gpt2, llama, unet)");
+  Err e;
+  ModelConfig c;
+  if (model_defaults(argv[0], &c, &e)) die(&e);
+  const char *device_name = NULL, *vary = NULL, *budget = NULL, *slowdown = NULL, *out = NULL;
+  FitOptions fo = {.max_slowdown = -1, .plan = {.strategy = "ilp", .solver = "glpk"}, .quiet = !isatty(2)};
+  for (int i = 1, n; i < argc; i += n) {
+    if ((n = model_flag(&c, argc, argv, i))) continue;
+    const char *a = argv[i];
+    const char **val = !strcmp(a, "--device") ? &device_name : !strcmp(a, "--vary") ? &vary
+                     : !strcmp(a, "--budget") ? &budget : !strcmp(a, "--max-slowdown") ? &slowdown
+                     : !strcmp(a, "--strategy") ? &fo.plan.strategy : !strcmp(a, "--solver") ? &fo.plan.solver
+                     : !strcmp(a, "-o") ? &out : NULL;
+    bool limit = !strcmp(a, "--time-limit");
+    if (!val && !limit) die_usage(a[0] == '-' ? "fit: unknown option %s" : "fit: unexpected argument %s", a);
+    if (i + 1 >= argc) die_usage("%s needs a value", a);
+    n = 2;
+    if (val) {
+      *val = argv[i + 1];
+      continue;
+    }
+    char *end;
+    fo.plan.time_limit = strtod(argv[i + 1], &end);
+    if (*end || !(fo.plan.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i + 1]);
+  }
+  if (!device_name || !vary) die_usage("%s", "fit needs FAMILY, --device D and --vary batch|seq");
+  if (strcmp(vary, "batch") && strcmp(vary, "seq")) die_usage("--vary: \"%s\" is not batch or seq", vary);
+  fo.vary_seq = !strcmp(vary, "seq");
+  if (slowdown) {
+    char *end;
+    fo.max_slowdown = strtod(slowdown, &end) / 100;
+    if (end == slowdown || strcmp(end, "%") || !(fo.max_slowdown >= 0) || fo.max_slowdown > 1e4)
+      die_usage("--max-slowdown: \"%s\" is not a percentage (such as 10%%)", slowdown);
+  }
+  if (!plan_find_strategy(fo.plan.strategy)) die_usage("--strategy: unknown strategy \"%s\"", fo.plan.strategy);
+  Device *d = load_device(device_name, &e);
+  if (!d) die(&e);
+  fo.budget_bytes = d->memory - d->reserve;
+  if (budget) {
+    /* A percentage would move with the size: only bytes mean one budget. */
+    if (strchr(budget, '%')) die_usage("--budget: \"%s\": fit needs bytes, not a percentage of keep-all", budget);
+    if ((fo.budget_bytes = parse_budget(budget, NULL, d, &e)) < 0) die(&e);
+  }
+  FitResult r;
+  if (fit_search(&c, d, &fo, &r, &e)) die(&e);
+  Buf csv = {0};
+  if (out && r.best >= 0) {
+    fit_csv(&r, &fo, &csv);
+    if (csv.failed) {
+      err_set(&e, "%s: out of memory", out);
+      die(&e);
+    }
+    if (util_write_file_atomic(out, csv.data, csv.len, &e)) die(&e);
+  }
+  char b1[32], b2[32], b3[32];
+  printf("fit %s on %s, budget %s, %s, %s\n", c.name ? c.name : c.family, d->name,
+         util_fmt_bytes(r.budget_bytes, b1, sizeof b1), vary, slowdown ? "within the slowdown given" : "any slowdown");
+  printf("%8s  %-12s  %-12s  %10s  %9s  %12s\n", vary, "keep-all", "arena", "step ms", "slowdown", r.unit);
+  for (int i = 0; i < r.npoints; i++) {
+    const FitPoint *pt = &r.points[i];
+    printf("%8d  %-12s  ", pt->value, pt->keep_all_peak ? util_fmt_bytes(pt->keep_all_peak, b1, sizeof b1) : "-");
+    if (pt->planned)
+      printf("%-12s  %10.3f  %+8.2f%%  %10.0f/s%s\n", util_fmt_bytes(pt->arena_bytes, b2, sizeof b2),
+             pt->step_seconds * 1e3, 100 * pt->slowdown, pt->items_per_second, pt->fits ? "" : "  (too slow)");
+    else
+      printf("%-12s  no plan at the budget\n", "-");
+  }
+  int status = 0;
+  if (r.best < 0) {
+    const FitPoint *least = &r.points[0];
+    fprintf(stderr, "ration: no %s fits: at %s %d: %s\n", vary, vary, least->value, least->why);
+    status = 2;
+  } else {
+    const FitPoint *pt = &r.points[r.best];
+    printf("largest %s: %d: arena %s of %s, step %.3f ms (%+.2f%% over keep-all), %.0f %s/s\n", vary, pt->value,
+           util_fmt_bytes(pt->arena_bytes, b2, sizeof b2), util_fmt_bytes(r.budget_bytes, b3, sizeof b3),
+           pt->step_seconds * 1e3, 100 * pt->slowdown, pt->items_per_second, r.unit);
+  }
+  buf_free(&csv);
+  fit_result_free(&r);
+  device_free(d);
+  return status;
 }
 
 static int cmd_simulate(int argc, char **argv) {
@@ -496,6 +594,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
   if (!strcmp(cmd, "model")) return cmd_model(argc - 2, argv + 2);
+  if (!strcmp(cmd, "fit")) return cmd_fit(argc - 2, argv + 2);
   if (!strcmp(cmd, "version")) {
     printf("ration %s\n", RATION_VERSION);
     return 0;

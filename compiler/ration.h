@@ -64,6 +64,8 @@ typedef struct Buf {
 } Buf;
 void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_free(Buf *b);
+/* One CSV field, quoted, with a leading formula character neutralized. */
+void util_csv_field(Buf *o, const char *s);
 
 /* ---------------------------------------------------------------- json */
 
@@ -569,6 +571,40 @@ int model_build(const ModelConfig *c, Buf *json_out, Err *e);
 int model_stats(const ModelConfig *c, ModelStats *s, Err *e);
 /* Parameter elements; -1 with e set on a bad config. */
 int64_t model_param_count(const ModelConfig *c, Err *e);
+
+/* ----------------------------------------------------------------- fit */
+
+/* `ration fit`: the largest batch (or sequence) of a family that a budget
+ * holds within a slowdown over keep-all at the same size (fit.c). */
+typedef struct FitOptions {
+  bool vary_seq;        /* vary the sequence (a unet's image side), else the batch */
+  double max_slowdown;  /* a fraction over keep-all's step; < 0 allows any */
+  int64_t budget_bytes; /* the budget every size is planned at */
+  PlanOptions plan;     /* strategy, solver and time limit; its budget is ignored */
+  bool quiet;           /* no progress lines on stderr */
+} FitOptions;
+
+typedef struct FitPoint {
+  int value;    /* the batch or sequence */
+  bool planned; /* a plan exists at the budget */
+  bool fits;    /* planned, and within the slowdown */
+  int64_t keep_all_peak, arena_bytes, peak_live_bytes;
+  double keep_all_seconds, step_seconds, slowdown, items_per_second;
+  char why[1024]; /* why it does not fit */
+} FitPoint;
+
+typedef struct FitResult {
+  FitPoint *points; /* every size the search planned, by value */
+  int npoints;
+  int best;          /* index of the largest that fits, or -1 */
+  int64_t budget_bytes;
+  const char *unit;  /* what items_per_second counts: "tokens" or "images" */
+} FitResult;
+
+int fit_search(const ModelConfig *base, const Device *d, const FitOptions *o, FitResult *r, Err *e);
+void fit_result_free(FitResult *r);
+/* The curve, one row per point, for tools. */
+void fit_csv(const FitResult *r, const FitOptions *o, Buf *out);
 
 /* ---------------------------------------------------------------- sync */
 

@@ -345,14 +345,6 @@ static void answer(const Report *r, Buf *o, bool html) {
 
 /* --------------------------------------------------------------- csv */
 
-/* A cell that begins with = + - @ (or a tab or carriage return) is a
- * formula to a spreadsheet; a leading apostrophe makes it text. */
-static void csv_field(Buf *o, const char *s) {
-  buf_printf(o, *s && strchr("=+-@\t\r", *s) ? "\"'" : "\"");
-  for (; *s; s++) buf_printf(o, *s == '"' ? "\"\"" : "%c", *s);
-  buf_printf(o, "\"");
-}
-
 int report_csv(const Report *r, Buf *o) {
   int ns = r->nstrategies;
   buf_printf(o, "graph,device,point,fraction,budget_bytes,strategy,feasible,step_seconds,compute_seconds,"
@@ -364,14 +356,14 @@ int report_csv(const Report *r, Buf *o) {
       char f[16];
       if (r->fractions[i] < 0) f[0] = 0;
       else snprintf(f, sizeof f, "%.2f", r->fractions[i]);
-      csv_field(o, r->g->name);
+      util_csv_field(o, r->g->name);
       buf_printf(o, ",");
-      csv_field(o, r->d->name);
+      util_csv_field(o, r->d->name);
       buf_printf(o, ",%d,%s,%" PRId64 ",", i, f, r->budgets[i]);
-      csv_field(o, r->strategies[j]);
+      util_csv_field(o, r->strategies[j]);
       if (!c->feasible) {
         buf_printf(o, ",0,,,,,,,,,,,,%.3f,", c->seconds);
-        csv_field(o, c->note);
+        util_csv_field(o, c->note);
         buf_printf(o, "\n");
         continue;
       }

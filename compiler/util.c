@@ -388,3 +388,11 @@ void buf_free(Buf *b) {
   free(b->data);
   memset(b, 0, sizeof *b);
 }
+
+/* A cell that begins with = + - @ (or a tab or carriage return) is a
+ * formula to a spreadsheet; a leading apostrophe makes it text. */
+void util_csv_field(Buf *o, const char *s) {
+  buf_printf(o, *s && strchr("=+-@\t\r", *s) ? "\"'" : "\"");
+  for (; *s; s++) buf_printf(o, *s == '"' ? "\"\"" : "%c", *s);
+  buf_printf(o, "\"");
+}

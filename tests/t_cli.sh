@@ -4,14 +4,14 @@
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 R=$(cd "$(dirname "$RATION")" && pwd)/$(basename "$RATION")
-for c in plan simulate info model report version; do
+for c in plan simulate info model report fit version; do
   out=$($R $c --help 2>"$tmp/err"); st=$?
   if [ $st -eq 0 ] && printf '%s\n' "$out" | grep -q "^  ration $c" && [ "$(printf '%s\n' "$out" | grep -c '^  ration ')" -eq 1 ] &&
      [ ! -s "$tmp/err" ]; then ok "ration $c --help: its usage alone, exit 0"
   else fail "ration $c --help: its usage alone, exit 0" "status $st: $out $(cat "$tmp/err")"; fi
 done
 out=$($R --help); st=$?
-if [ $st -eq 0 ] && [ "$(printf '%s\n' "$out" | grep -c '^  ration ')" -eq 6 ]; then ok "ration --help: every command, exit 0"
+if [ $st -eq 0 ] && [ "$(printf '%s\n' "$out" | grep -c '^  ration ')" -eq 7 ]; then ok "ration --help: every command, exit 0"
 else fail "ration --help: every command, exit 0" "status $st"; fi
 err=$($R 2>&1 >/dev/null); st=$?
 if [ $st -eq 2 ] && [ "$(printf '%s\n' "$err" | head -1)" = "usage: ration COMMAND ..." ]; then ok "no command: usage on stderr, exit 2"
