@@ -95,7 +95,7 @@ all: $(LIBCUDA)
 test: $(LIBCUDA)
 run: $(LIBCUDA)
 endif
-$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/kernels_cuda.h runtime/kernels.h
+$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/flash_mma.cuh runtime/kernels_cuda.h runtime/kernels.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/runtime/rt_cuda.o: runtime/rt_cuda.cu runtime/rt_backend.h runtime/ration.h runtime/kernels_cuda.h runtime/kernels.h

@@ -13,7 +13,8 @@
 #             taken from build/gpu/bin, prebuilt by gpu-prep
 #   2 kernels every CUDA kernel against the CPU reference kernel, f32 and
 #             bf16, fresh random inputs, outputs poisoned first, and
-#             run-to-run bitwise determinism (gpu/kernels_check.c)
+#             run-to-run bitwise determinism (gpu/kernels_check.c); the
+#             attention cases again with RATION_CUDA_ATTENTION=mma
 #   3 tiny    gpt2-tiny and llama-tiny: one debug-mode step against PyTorch
 #             float64 (tests/torch_step.py); keep-all vs the tight ilp (and
 #             offload-all) plan for 20 steps: loss bits and every param,
@@ -24,7 +25,8 @@
 #             plan's peak vs what the runtime allocated (cudaMalloc
 #             intercepted, cudaMemGetInfo around rt_open, nvidia-smi sampled)
 #             vs the arena bytes a step wrote (canary), predicted vs measured
-#             step time, bitwise agreement with keep-all; then a
+#             step time, bitwise agreement with keep-all; keep-all again
+#             with the mma attention (its losses next to wmma's); then a
 #             profile-guided re-plan with the op times measured here
 #   5 torch   the same step in PyTorch eager, plain and checkpointed
 #   6 summary one table of the numbers above, printed last
@@ -85,9 +87,15 @@ nbin=$(ls $B/bin 2>/dev/null | wc -l)
 log "build: $nbin binaries in $B/bin, $(grep -c '^PREBUILT' "$OUT/build.log") of them prebuilt ($(grep -h '^build.sh:' "$OUT/build.log"))"
 
 # ------------------------------------------------------------ 2 kernels
-kernels() { $B/bin/kernels_check; }
-[ "$BACKEND" = cuda ] && stage kernels 90 "$OUT/kernels.txt" kernels
+# The mma.sync flash attention (runtime/flash_mma.cuh) is opt-in until this
+# check passes it: its attention cases run again under the variable.
+kernels() {
+  $B/bin/kernels_check
+  RATION_CUDA_ATTENTION=mma $B/bin/kernels_check | grep '^[A-Z]* attention' | sed 's/^/mma /'
+}
+[ "$BACKEND" = cuda ] && stage kernels 120 "$OUT/kernels.txt" kernels
 [ -f "$OUT/kernels.txt" ] && log "kernels: $(grep -c '^PASS' "$OUT/kernels.txt") PASS, $(grep -c '^FAIL' "$OUT/kernels.txt") FAIL; $(grep '^FAIL' "$OUT/kernels.txt" | head -5 | tr '\n' ';')"
+[ -f "$OUT/kernels.txt" ] && log "kernels, mma attention: $(grep -c '^mma PASS' "$OUT/kernels.txt") PASS, $(grep -c '^mma FAIL' "$OUT/kernels.txt") FAIL; $(grep '^mma FAIL' "$OUT/kernels.txt" | head -3 | tr '\n' ';')"
 
 # compare A B: every hash and loss bit of run A equals run B's
 compare() {
@@ -150,6 +158,11 @@ g124() {
     echo "nvidia_smi_peak_mib $(awk -F', ' -v s="# $n" '$0==s{on=1;next} /^#/{on=0} on&&$2>m{m=$2} END{print m+0}' "$OUT/smi.csv")"
   done
   compare "$R/g124-keep-all.txt" "$R/g124-ilp.txt"
+  if [ -x $B/bin/step-g124-keep-all ]; then
+    echo "=== g124-keep-all-mma: $G124_STEPS steps with RATION_CUDA_ATTENTION=mma"
+    RATION_CUDA_ATTENTION=mma $B/bin/step-g124-keep-all --backend "$BACKEND" --steps "$G124_STEPS" >"$R/g124-keep-all-mma.txt" 2>&1
+    grep -E '^(error|measured|loss)' "$R/g124-keep-all-mma.txt"
+  fi
   # Profiled on keep-all: the CUDA backend syncs after each op in profile
   # mode, so an op after a prefetch wait would be charged the wait.
   mkdir -p $B && tar -C $B -xzf $G/planner.tar.gz 2>/dev/null

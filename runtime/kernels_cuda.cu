@@ -23,6 +23,7 @@ extern "C" {
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define THREADS 256
@@ -835,12 +836,12 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBt;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
-/* Rows first..first+63 of one head's HD columns, 16 bytes at a time, into
- * a shared tile with rows of HD+8; rows at or past T are zeros. */
-template <int HD>
+/* Rows first..first+ROWS-1 of one head's HD columns, 16 bytes at a time,
+ * into a shared tile with rows of HD+8; rows at or past T are zeros. */
+template <int HD, int ROWS = FA_TILE>
 __device__ void fa_load_tile(bf16 *tile, const bf16 *src, int64_t row_stride, int64_t first, int64_t T) {
   const int per_row = HD / 8;
-  for (int i = threadIdx.x; i < FA_TILE * per_row; i += FA_THREADS) {
+  for (int i = threadIdx.x; i < ROWS * per_row; i += FA_THREADS) {
     int r = i / per_row, v = i % per_row;
     uint4 x = make_uint4(0, 0, 0, 0);
     if (first + r < T) x = ((const uint4 *)(src + (first + r) * row_stride))[v];
@@ -1126,6 +1127,8 @@ static int fa_backward(const rt_View *dqkv, const rt_View *dy, const rt_View *qk
   return launched(err, errlen, OP);
 }
 
+#include "flash_mma.cuh"
+
 static int k_attention(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "attention";
   REQUIRE(a->nin == 1 && a->nout == 2, "want 1 input (qkv) and 2 outputs (y, lse)");
@@ -1136,6 +1139,9 @@ static int k_attention(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(is_float(y) && y->numel == s.B * s.T * s.NH * s.hd, "y must be float [B,T,NH hd]");
   REQUIRE(lse->dtype == RT_F32 && lse->numel == s.B * s.NH * s.T, "lse must be f32 [B,NH,T]");
   const rt_View *fv[] = {y, &a->in[0]};
+  if (fa_fits(fv, 2, s) && fa_use_mma())
+    return s.hd == 64 ? fa_mma_forward<64>(y, lse, &a->in[0], s, ctx_of(a)->stream, err, errlen)
+                      : fa_mma_forward<128>(y, lse, &a->in[0], s, ctx_of(a)->stream, err, errlen);
   if (fa_fits(fv, 2, s))
     return s.hd == 64 ? fa_forward<64>(y, lse, &a->in[0], s, ctx_of(a)->stream, err, errlen)
                       : fa_forward<128>(y, lse, &a->in[0], s, ctx_of(a)->stream, err, errlen);
@@ -1160,6 +1166,9 @@ static int k_attention_backward(const rt_KernelArgs *a, char *err, size_t errlen
   cudaStream_t st_ = ctx_of(a)->stream;
   float *D = (float *)a->workspace;
   const rt_View *fv[] = {dy, &a->in[1], y, dqkv};
+  if (fa_fits(fv, 4, s) && fa_use_mma())
+    return s.hd == 64 ? fa_mma_backward<64>(dqkv, dy, &a->in[1], y, lse, D, s, st_, err, errlen)
+                      : fa_mma_backward<128>(dqkv, dy, &a->in[1], y, lse, D, s, st_, err, errlen);
   if (fa_fits(fv, 4, s))
     return s.hd == 64 ? fa_backward<64>(dqkv, dy, &a->in[1], y, lse, D, s, st_, err, errlen)
                       : fa_backward<128>(dqkv, dy, &a->in[1], y, lse, D, s, st_, err, errlen);
