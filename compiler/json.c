@@ -108,6 +108,52 @@ static bool runs_out(const char *text, size_t off, size_t len) {
   return false;
 }
 
+/* The first string in TEXT (keys and values, in document order) that holds
+ * what no name may: a NUL, which cJSON would keep as the silent end of the
+ * string (the escape \u0000 or a raw zero byte), or a byte that is not
+ * UTF-8. Returns that string's ordinal, or -1 when every string is clean;
+ * *at is the offending byte's offset. Only bytes inside strings are looked
+ * at: cJSON has already refused anything else that is not ASCII. */
+static long bad_string(const char *text, size_t len, size_t *at, bool *nul) {
+  long ordinal = -1;
+  bool in = false;
+  for (size_t i = 0; i < len;) {
+    unsigned char c = (unsigned char)text[i];
+    uint32_t cp;
+    size_t n = 1;
+    if (!in) {
+      if (c == '"') in = true, ordinal++;
+    } else if (c == '"') {
+      in = false;
+    } else if (c == '\\') {
+      if (i + 5 < len && !memcmp(text + i + 1, "u0000", 5)) return *at = i, *nul = true, ordinal;
+      n = 2;
+    } else if (c == 0) {
+      return *at = i, *nul = true, ordinal;
+    } else if (c >= 0x80 && !(n = util_utf8_char(text + i, len - i, &cp))) {
+      return *at = i, *nul = false, ordinal;
+    }
+    i += n;
+  }
+  return -1;
+}
+
+/* Sets the error for the string with ordinal *K under ITEM (at path P),
+ * counting keys and string values in document order as bad_string does.
+ * Returns 1 once it is found. */
+static int blame_string(const char *file, const JsonPath *p, const cJSON *item, long *k, const char *why,
+                        Err *e) {
+  if (cJSON_IsString(item)) return (*k)-- == 0 ? json_err(e, file, p, "string %s", why), 1 : 0;
+  int index = 0;
+  for (const cJSON *c = item->child; c; c = c->next, index++) {
+    bool member = cJSON_IsObject(item);
+    if (member && (*k)-- == 0) return json_err(e, file, p, "key %s", why), 1;
+    JsonPath cp = {p, member ? c->string : NULL, index};
+    if (blame_string(file, &cp, c, k, why, e)) return 1;
+  }
+  return 0;
+}
+
 cJSON *json_parse(const char *file, const char *text, size_t len, const char *want, Err *e) {
   if (len > (size_t)JSON_MAX_FILE_BYTES)
     return json_err(e, file, NULL, "file is %zu bytes, over the limit of %lld bytes (1 GiB)", len,
@@ -139,6 +185,21 @@ cJSON *json_parse(const char *file, const char *text, size_t len, const char *wa
     line_col(text, off, &line, &col);
     json_err(e, file, NULL, "malformed JSON: trailing data after the top-level value at line %d, column %d (byte %zu)",
              line, col, off);
+    cJSON_Delete(root);
+    return NULL;
+  }
+  size_t at;
+  bool nul;
+  long k = bad_string(text, off, &at, &nul);
+  if (k >= 0) {
+    char why[160];
+    line_col(text, at, &line, &col);
+    if (nul)
+      snprintf(why, sizeof why, "contains NUL (\\u0000) at line %d, column %d (byte %zu)", line, col, at);
+    else
+      snprintf(why, sizeof why, "is not valid UTF-8: byte 0x%02x at line %d, column %d (byte %zu)",
+               (unsigned char)text[at], line, col, at);
+    blame_string(file, NULL, root, &k, why, e);
     cJSON_Delete(root);
     return NULL;
   }

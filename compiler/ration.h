@@ -67,6 +67,11 @@ void buf_free(Buf *b);
 /* One CSV field, quoted, with a leading formula character neutralized. */
 void util_csv_field(Buf *o, const char *s);
 
+/* The length (1 to 4) of the UTF-8 character at S, at most N bytes, and its
+ * code point in *CP; 0 when S does not start one (RFC 3629: no overlong
+ * forms, no surrogates, nothing past U+10FFFF, no sequence cut short). */
+size_t util_utf8_char(const char *s, size_t n, uint32_t *cp);
+
 /* ---------------------------------------------------------------- json */
 
 /* Validated reading of cJSON trees, shared by every loader. A JsonPath is

@@ -396,3 +396,23 @@ void util_csv_field(Buf *o, const char *s) {
   for (; *s; s++) buf_printf(o, *s == '"' ? "\"\"" : "%c", *s);
   buf_printf(o, "\"");
 }
+
+size_t util_utf8_char(const char *s, size_t n, uint32_t *cp) {
+  const unsigned char *u = (const unsigned char *)s;
+  if (n == 0) return 0;
+  if (u[0] < 0x80) return *cp = u[0], 1;
+  size_t len;
+  uint32_t c, least;
+  if (u[0] >= 0xC2 && u[0] <= 0xDF) len = 2, c = u[0] & 0x1Fu, least = 0x80;
+  else if ((u[0] & 0xF0) == 0xE0) len = 3, c = u[0] & 0x0Fu, least = 0x800;
+  else if (u[0] >= 0xF0 && u[0] <= 0xF4) len = 4, c = u[0] & 0x07u, least = 0x10000;
+  else return 0;
+  if (n < len) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((u[i] & 0xC0) != 0x80) return 0;
+    c = c << 6 | (u[i] & 0x3Fu);
+  }
+  if (c < least || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+  *cp = c;
+  return len;
+}

@@ -179,6 +179,23 @@ static void derived(void) {
     T_CHECK(g2 && strcmp(g2->name, "tiny") == 0 && g2->nstashed == 0);
     graph_free(g2);
   }
+  T_CASE("names in any script, a terminal escape and an escaped backslash before u0000 load as written") {
+    const char *t = "{\"format\": \"ration-graph/1\", \"name\": \"\\\\u0000 \u03ba\u2082 \xf0\x9f\x98\x80 \\u001b[2J\",\n"
+                    " \"tensors\": [], \"ops\": []}";
+    Graph *g2 = graph_parse("names.json", t, strlen(t), &e);
+    T_CHECKF(g2 && strcmp(g2->name, "\\u0000 \u03ba\u2082 \xf0\x9f\x98\x80 \x1b[2J") == 0, "%s", g2 ? g2->name : e.msg);
+    graph_free(g2);
+  }
+  T_CASE("utf8: code points and the forms RFC 3629 forbids") {
+    uint32_t cp = 0;
+    T_CHECK(util_utf8_char("\xc2\xa0", 2, &cp) == 2 && cp == 0xA0);
+    T_CHECK(util_utf8_char("\xf4\x8f\xbf\xbf", 4, &cp) == 4 && cp == 0x10FFFF);
+    T_CHECK(util_utf8_char("\xf4\x90\x80\x80", 4, &cp) == 0); /* past U+10FFFF */
+    T_CHECK(util_utf8_char("\xe0\x80\xaf", 3, &cp) == 0);     /* overlong */
+    T_CHECK(util_utf8_char("\xed\xbf\xbf", 3, &cp) == 0);     /* a surrogate */
+    T_CHECK(util_utf8_char("\xe2\x82\xac", 2, &cp) == 0);     /* cut short */
+    T_CHECK(util_utf8_char("\x80", 1, &cp) == 0);             /* a continuation byte first */
+  }
   T_CASE("linear lookup on a hand-built graph") {
     Tensor ts[2] = {{.name = "a"}, {.name = "b"}};
     Graph hand = {.ntensors = 2, .tensors = ts};
