@@ -7,6 +7,7 @@
 #include "ration.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,29 +37,59 @@ static const struct {
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
+/* Everything the CLI prints goes through these: names and paths come from
+ * the user's files and may hold terminal escape sequences or control
+ * characters, which util_term_text removes (ONE_LINE: an error's newlines
+ * and tabs too, so that it stays one line). */
+static void put_shown(FILE *f, const char *s, size_t n, bool one_line) {
+  Buf shown = {0};
+  util_term_text(&shown, s, n, one_line);
+  if (shown.len) fwrite(shown.data, 1, shown.len, f);
+  buf_free(&shown);
+}
+
+static void say(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(FILE *f, const char *fmt, ...) {
+  char small[512], *text = small;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n >= sizeof small && (text = malloc((size_t)n + 1))) {
+    va_start(ap, fmt);
+    vsnprintf(text, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  put_shown(f, text ? text : small, text ? (size_t)n : sizeof small - 1, false);
+  if (text != small) free(text);
+}
+
 /* The usage of one command (or of all, ONLY NULL). */
 static void usage(FILE *f, const char *only) {
-  fprintf(f, "usage: ration COMMAND ...\n");
+  say(f, "usage: ration COMMAND ...\n");
   for (int i = 0; i < NCOMMANDS; i++)
-    if (!only || !strcmp(only, commands[i].name)) fputs(commands[i].text, f);
+    if (!only || !strcmp(only, commands[i].name)) say(f, "%s", commands[i].text);
   if (only && strcmp(only, "plan") && strcmp(only, "report")) return;
-  fprintf(f, "strategies:");
-  for (const PlanStrategy *s = plan_strategies; s->name; s++) fprintf(f, " %s", s->name);
-  fprintf(f, "\n--device D: a device file, or a profile name looked up in the directories of $RATION_DEVICES\n"
+  say(f, "strategies:");
+  for (const PlanStrategy *s = plan_strategies; s->name; s++) say(f, " %s", s->name);
+  say(f, "\n--device D: a device file, or a profile name looked up in the directories of $RATION_DEVICES\n"
              "(colon-separated), then %s, then ./budgets\n",
           RATION_DATADIR);
 }
 
 static void die(const Err *e) {
-  fprintf(stderr, "%s\n", e->msg);
+  put_shown(stderr, e->msg, strlen(e->msg), true);
+  fputc('\n', stderr);
   exit(2);
 }
 
 static void die_usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "ration: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
-  exit(2);
+  Err e;
+  char line[512];
+  snprintf(line, sizeof line, fmt, arg);
+  err_set(&e, "ration: %s", line);
+  die(&e);
 }
 
 /* A device given as a file, or as a profile name: NAME.json in each
@@ -114,21 +145,21 @@ static int64_t parse_budget(const char *arg, const Graph *g, const Device *d, Er
 }
 
 static void dump_plan(const Plan *p, const Graph *g) {
-  fprintf(stderr, "== decisions\n");
+  say(stderr, "== decisions\n");
   for (int i = 0; i < g->nstashed; i++)
-    fprintf(stderr, "  %-32s %s\n", g->tensors[g->stashed[i]].name, plan_decision_name(p->decisions[g->stashed[i]]));
-  fprintf(stderr, "== steps (%d) and buffers (%d)\n", p->nsteps, p->nbuffers);
+    say(stderr, "  %-32s %s\n", g->tensors[g->stashed[i]].name, plan_decision_name(p->decisions[g->stashed[i]]));
+  say(stderr, "== steps (%d) and buffers (%d)\n", p->nsteps, p->nbuffers);
   static const char *kinds[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];
     if (st->kind == STEP_COMPUTE)
-      fprintf(stderr, "  %5d %-13s %s%s\n", s, kinds[st->kind], g->ops[st->op].name, st->recompute ? " (recompute)" : "");
+      say(stderr, "  %5d %-13s %s%s\n", s, kinds[st->kind], g->ops[st->op].name, st->recompute ? " (recompute)" : "");
     else {
       int b = st->kind == STEP_PREFETCH_WAIT ? st->to : st->from;
-      fprintf(stderr, "  %5d %-13s %s\n", s, kinds[st->kind], g->tensors[p->buffers[b].tensor].name);
+      say(stderr, "  %5d %-13s %s\n", s, kinds[st->kind], g->tensors[p->buffers[b].tensor].name);
     }
   }
-  fprintf(stderr, "== layout: arena %" PRId64 " bytes, host %" PRId64 " bytes\n", p->arena_bytes, p->host_bytes);
+  say(stderr, "== layout: arena %" PRId64 " bytes, host %" PRId64 " bytes\n", p->arena_bytes, p->host_bytes);
 }
 
 static int cmd_plan(int argc, char **argv) {
@@ -172,14 +203,14 @@ static int cmd_plan(int argc, char **argv) {
   if (o.budget_bytes < 0) die(&e);
   Plan *p = plan_make(g, d, &o, &e);
   if (!p) die(&e);
-  if (p->solver.note[0]) fprintf(stderr, "ration: warning: %s; the plan is the best found before it\n", p->solver.note);
+  if (p->solver.note[0]) say(stderr, "ration: warning: %s; the plan is the best found before it\n", p->solver.note);
   if (dump) dump_plan(p, g);
   if (check) {
     Buf why = {0};
     int st = emit_c_check(p, g, out, &why, &e);
     if (st < 0) die(&e);
-    if (st) fprintf(stderr, "%s\n", why.data);
-    else printf("%s.sched.c, %s.sched.h: up to date\n", out, out);
+    if (st) say(stderr, "%s\n", why.data);
+    else say(stdout, "%s.sched.c, %s.sched.h: up to date\n", out, out);
     buf_free(&why);
     exit(st);
   }
@@ -200,7 +231,7 @@ static int cmd_plan(int argc, char **argv) {
   if (emit_c_write(p, g, out, also, timeline ? 2 : 1, &e)) die(&e);
   buf_free(&svg);
   char b1[32], b2[32], b3[32];
-  printf("%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
+  say(stdout, "%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),
          util_fmt_bytes(p->predicted.peak_live_bytes, b2, sizeof b2), util_fmt_bytes(p->arena_bytes, b3, sizeof b3),
          p->predicted.step_seconds, p->predicted.compute_seconds, p->predicted.recompute_seconds,
@@ -234,7 +265,7 @@ static int cmd_info(int argc, char **argv) {
   if (device_name && (!d || graph_add_runtime_tensor(g, d->runtime_bytes, &e))) die(&e);
   Buf out = {0};
   if (info_report(g, d, &out, &e)) die(&e);
-  fwrite(out.data, 1, out.len, stdout);
+  put_shown(stdout, out.data, out.len, false);
   buf_free(&out);
   device_free(d);
   graph_free(g);
@@ -306,12 +337,17 @@ static int cmd_model(int argc, char **argv) {
     if (n > 5 && !strcmp(base + n - 5, ".json")) base[n - 5] = 0;
     c.name = base;
   }
+  /* The name goes into the graph, whose loader takes only UTF-8. */
+  uint32_t cp;
+  for (size_t i = 0, n = strlen(c.name), len; i < n; i += len)
+    if (!(len = util_utf8_char(c.name + i, n - i, &cp)))
+      die_usage("model: the graph's name \"%s\" is not UTF-8 (give one with --name)", c.name);
   Buf json = {0};
   ModelStats st;
   if (model_build(&c, &json, &e) || model_stats(&c, &st, &e) || util_write_file_atomic(out, json.data, json.len, &e))
     die(&e);
   char b1[32];
-  printf("%s: %s: %" PRId64 " params, %d tensors, %d ops, %d stashed tensors (%s, %" PRId64 " bytes)\n", out, c.name,
+  say(stdout, "%s: %s: %" PRId64 " params, %d tensors, %d ops, %d stashed tensors (%s, %" PRId64 " bytes)\n", out, c.name,
          st.params, st.ntensors, st.nops, st.nstashed, util_fmt_bytes(st.stashed_bytes, b1, sizeof b1),
          st.stashed_bytes);
   buf_free(&json);
@@ -438,19 +474,19 @@ static int cmd_simulate(int argc, char **argv) {
   if (sim_run(p, g, d, trace, &r, &e)) die(&e);
   if (trace) {
     static const char *kinds[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
-    printf("step\tdo\twhat\tlive_bytes\n");
+    say(stdout, "step\tdo\twhat\tlive_bytes\n");
     for (int s = 0; s < p->nsteps; s++) {
       const Step *st = &p->steps[s];
       int b = st->kind == STEP_PREFETCH_WAIT ? st->to : st->from;
       const char *what = st->kind == STEP_COMPUTE ? g->ops[st->op].name : g->tensors[p->buffers[b].tensor].name;
-      printf("%d\t%s%s\t%s\t%" PRId64 "\n", s, kinds[st->kind], st->recompute ? "(re)" : "", what, r.live_bytes[s]);
+      say(stdout, "%d\t%s%s\t%s\t%" PRId64 "\n", s, kinds[st->kind], st->recompute ? "(re)" : "", what, r.live_bytes[s]);
     }
   }
-  printf("valid: %d steps, %d buffers\n", p->nsteps, p->nbuffers);
-  printf("peak_live_bytes %" PRId64 " at step %d\n", r.peak_live_bytes, r.peak_step);
-  printf("arena_bytes %" PRId64 " (%.4f x peak), budget_bytes %" PRId64 "\n", p->arena_bytes,
+  say(stdout, "valid: %d steps, %d buffers\n", p->nsteps, p->nbuffers);
+  say(stdout, "peak_live_bytes %" PRId64 " at step %d\n", r.peak_live_bytes, r.peak_step);
+  say(stdout, "arena_bytes %" PRId64 " (%.4f x peak), budget_bytes %" PRId64 "\n", p->arena_bytes,
          r.peak_live_bytes ? (double)p->arena_bytes / (double)r.peak_live_bytes : 0.0, p->budget_bytes);
-  printf("step_seconds %.9g (compute %.9g, recompute %.9g, stall %.9g)\n", r.step_seconds, r.compute_seconds,
+  say(stdout, "step_seconds %.9g (compute %.9g, recompute %.9g, stall %.9g)\n", r.step_seconds, r.compute_seconds,
          r.recompute_seconds, r.stall_seconds);
   sim_result_free(&r);
   device_free(d);
@@ -559,13 +595,13 @@ static int cmd_report(int argc, char **argv) {
     die(&e);
   }
   if (r.min_budget_note[0])
-    fprintf(stderr, "ration: warning: the smallest budget, %" PRId64 " bytes, is the least found before %s\n", r.min_budget,
+    say(stderr, "ration: warning: the smallest budget, %" PRId64 " bytes, is the least found before %s\n", r.min_budget,
             r.min_budget_note);
   for (int i = 0; i < r.npoints * r.nstrategies; i++)
     if (r.cells[i].feasible && r.cells[i].solver.note[0])
-      fprintf(stderr, "ration: warning: %s at %" PRId64 " bytes: %s; the plan is the best found before it\n",
+      say(stderr, "ration: warning: %s at %" PRId64 " bytes: %s; the plan is the best found before it\n",
               r.strategies[i % r.nstrategies], r.budgets[i / r.nstrategies], r.cells[i].solver.note);
-  printf("%s/report.html, report.csv, report.md and the charts as SVG\n", out);
+  say(stdout, "%s/report.html, report.csv, report.md and the charts as SVG\n", out);
   report_free(&r);
   free(command);
   device_free(d);
@@ -596,7 +632,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "model")) return cmd_model(argc - 2, argv + 2);
   if (!strcmp(cmd, "fit")) return cmd_fit(argc - 2, argv + 2);
   if (!strcmp(cmd, "version")) {
-    printf("ration %s\n", RATION_VERSION);
+    say(stdout, "ration %s\n", RATION_VERSION);
     return 0;
   }
   usage(stderr, NULL);

@@ -416,3 +416,63 @@ size_t util_utf8_char(const char *s, size_t n, uint32_t *cp) {
   *cp = c;
   return len;
 }
+
+/* ECMA-48 sequences, each from just past its introducer (ESC X or the C1
+ * character X + 0x40). A control sequence (CSI): parameter and intermediate
+ * bytes, then one final byte. */
+static size_t skip_csi(const char *s, size_t n, size_t i) {
+  while (i < n && s[i] >= 0x20 && s[i] <= 0x3F) i++;
+  return i < n && s[i] >= 0x40 && s[i] <= 0x7E ? i + 1 : i;
+}
+
+/* A command string (OSC, DCS, SOS, PM, APC) runs to BEL or a string
+ * terminator (ESC \ or C1 ST). One left open on its line is not taken as
+ * one, so that a name cannot hide the text that follows it: only its
+ * introducer goes. Returns I unchanged then. */
+static size_t skip_command_string(const char *s, size_t n, size_t i) {
+  for (size_t j = i; j < n && s[j] != '\n'; j++) {
+    if (s[j] == 0x07) return j + 1;
+    bool st = j + 1 < n && ((s[j] == 0x1B && s[j + 1] == '\\') ||
+                            ((unsigned char)s[j] == 0xC2 && (unsigned char)s[j + 1] == 0x9C));
+    if (st) return j + 2;
+  }
+  return i;
+}
+
+/* The end of the sequence introduced by X (the byte after ESC, or a C1
+ * code point less 0x40) whose body starts at I. */
+static size_t skip_sequence(const char *s, size_t n, size_t i, unsigned x) {
+  if (x == '[') return skip_csi(s, n, i);
+  if (x == ']' || x == 'P' || x == 'X' || x == '^' || x == '_') return skip_command_string(s, n, i);
+  if (x >= 0x20 && x <= 0x2F) { /* intermediates, then a final byte */
+    while (i < n && s[i] >= 0x20 && s[i] <= 0x2F) i++;
+    return i < n && s[i] >= 0x30 && s[i] <= 0x7E ? i + 1 : i;
+  }
+  return i;
+}
+
+void util_term_text(Buf *out, const char *s, size_t n, bool one_line) {
+  size_t clean = 0; /* start of the run of bytes not yet copied */
+  for (size_t i = 0; i < n;) {
+    unsigned char c = (unsigned char)s[i];
+    uint32_t cp;
+    size_t len = c < 0x80 ? 1 : util_utf8_char(s + i, n - i, &cp);
+    bool ctl = c < 0x20 || c == 0x7F || len == 0 || (len == 2 && cp < 0xA0);
+    if (!ctl) {
+      i += len;
+      continue;
+    }
+    if (i > clean) buf_printf(out, "%.*s", (int)(i - clean), s + clean);
+    size_t next = i + (len ? len : 1);
+    if (len == 0)
+      buf_printf(out, "?");
+    else if (c == '\n' || c == '\t')
+      buf_printf(out, "%c", one_line ? ' ' : c);
+    else if (c == 0x1B && next < n && (unsigned char)s[next] >= 0x20 && (unsigned char)s[next] <= 0x7E)
+      next = skip_sequence(s, n, next + 1, (unsigned char)s[next]);
+    else if (len == 2)
+      next = skip_sequence(s, n, next, cp - 0x40);
+    clean = i = next;
+  }
+  if (n > clean) buf_printf(out, "%.*s", (int)(n - clean), s + clean);
+}

@@ -196,6 +196,32 @@ static void derived(void) {
     T_CHECK(util_utf8_char("\xe2\x82\xac", 2, &cp) == 0);     /* cut short */
     T_CHECK(util_utf8_char("\x80", 1, &cp) == 0);             /* a continuation byte first */
   }
+  T_CASE("terminal text: escape sequences and control characters go, the rest stays") {
+    static const struct {
+      const char *in, *want;
+      bool one_line;
+    } cases[] = {
+        {"a\x1b[31mb\x1b[0m", "ab", false},                   /* CSI (SGR) */
+        {"a\x1b[?1049;2hb", "ab", false},                       /* CSI, private parameters */
+        {"a\x1b]0;title\x07" "b", "ab", false},                 /* OSC ended by BEL */
+        {"a\x1b]8;;http://x/\x1b\\b", "ab", false},           /* OSC 8 link ended by ST */
+        {"a\x1bP1$r\xc2\x9c" "b", "ab", false},                /* DCS ended by C1 ST */
+        {"a\x1b]0;open\nb", "a0;open\nb", false},              /* left open: only its introducer */
+        {"a\xc2\x9b" "2Jb\xc2\x85", "ab", false},             /* C1 CSI and NEL as UTF-8 */
+        {"a\x1b" "cb\x1b(Bc\x1b", "abc", false},               /* two-byte, intermediate, cut off */
+        {"t\tn\nr\rd\x7f" "b\x08" "z\x01", "t\tn\nrdbz", false}, /* C0 and DEL */
+        {"t\tn\nl", "t n l", true},                             /* one line */
+        {"\x80x\xff\xe2\x82", "?x???", false},                 /* not UTF-8: a ? a byte */
+        {"caf\xc3\xa9 \xce\xba \xf0\x9f\x98\x80 \xc2\xa0", "caf\xc3\xa9 \xce\xba \xf0\x9f\x98\x80 \xc2\xa0", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      Buf b = {0};
+      util_term_text(&b, cases[i].in, strlen(cases[i].in), cases[i].one_line);
+      buf_printf(&b, "%s", "");
+      T_CHECKF(b.data && strcmp(b.data, cases[i].want) == 0, "case %zu: got \"%s\"", i, b.data ? b.data : "");
+      buf_free(&b);
+    }
+  }
   T_CASE("linear lookup on a hand-built graph") {
     Tensor ts[2] = {{.name = "a"}, {.name = "b"}};
     Graph hand = {.ntensors = 2, .tensors = ts};
