@@ -45,9 +45,13 @@ TEST_BIN     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 LIBCOMPILER := $(BUILD)/libration-compiler.a
 LIBRATION := $(BUILD)/libration.a
+# The shared libration: its soname carries the major version.
+VERSION := $(shell sed -n 's/^\#define RATION_VERSION "\(.*\)"/\1/p' compiler/ration.h)
+SONAME  := libration.so.$(firstword $(subst ., ,$(VERSION)))
+LIBSO   := $(BUILD)/libration.so.$(VERSION)
 
 .PHONY: all deps browser-deps run test clean fuzz gpu-prep gpu-check
-all: $(BIN) $(LIBRATION)
+all: $(BIN) $(LIBRATION) $(LIBSO)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
@@ -69,6 +73,16 @@ $(BUILD)/%.o: %.c compiler/ration.h | $(DEPS_STAMP)
 
 -include $(shell find build -name '*.d' 2>/dev/null)
 $(BUILD)/compiler/main.o: CPPFLAGS += -DRATION_DATADIR='"$(DATADIR)/budgets"'
+# libration's objects serve the static and the shared library alike:
+# position-independent, without semantic interposition so that calls within
+# a file still inline as they would in an executable.
+# (The stamp is made before them: objects an older Makefile compiled
+# without these flags are older than it, so they are compiled again.)
+PIC_STAMP := $(BUILD)/runtime/.pic
+$(PIC_STAMP):
+	@mkdir -p $(dir $@) && touch $@
+$(RUNTIME_OBJ): CFLAGS += -fPIC -fno-semantic-interposition
+$(RUNTIME_OBJ): $(PIC_STAMP)
 
 
 $(LIBCOMPILER): $(COMPILER_OBJ)
@@ -88,22 +102,36 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIBCOMPILER) $(LIBRATION)
 CUDA_HOME ?= /usr/local/cuda
 NVCCFLAGS := -O2 -std=c++17 --fmad=false -Iruntime \
   -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-  --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+  --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 LIBCUDA := $(BUILD)/libration_cuda.a
+CUDA_OBJ := $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
+# Where cuBLASLt is (lib64, or lib in pip-style trees): the shared libration
+# links it and finds it there at run time.
+CUDA_LIB ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libcublasLt.so $(CUDA_HOME)/lib/libcublasLt.so))))
 ifneq ($(NVCC),)
 all: $(LIBCUDA)
 test: $(LIBCUDA)
 run: $(LIBCUDA)
+SO_CUDA := $(CUDA_OBJ)
+SO_LIBS := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcudart -l:libstdc++.so.6
 endif
-$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/flash_mma.cuh runtime/kernels_cuda.h runtime/kernels.h
+$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/flash_mma.cuh runtime/kernels_cuda.h runtime/kernels.h \
+                                $(PIC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-$(BUILD)/runtime/rt_cuda.o: runtime/rt_cuda.cu runtime/rt_backend.h runtime/ration.h runtime/kernels_cuda.h runtime/kernels.h
+$(BUILD)/runtime/rt_cuda.o: runtime/rt_cuda.cu runtime/rt_backend.h runtime/ration.h runtime/kernels_cuda.h runtime/kernels.h \
+                            $(PIC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 # Link it whole (-Wl,--whole-archive): rt_cuda.o replaces rt.c's weak stub.
-$(LIBCUDA): $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
+$(LIBCUDA): $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
+# The shared libration holds the CUDA backend too where nvcc built it, and
+# exports only the API (runtime/libration.map). Its undefined symbols are
+# an error, except under the sanitizers, whose runtime the executable brings.
+$(LIBSO): $(RUNTIME_OBJ) $(SO_CUDA) runtime/libration.map
+	$(CC) -shared -Wl,-soname,$(SONAME),--version-script=runtime/libration.map \
+	  $(if $(filter 1,$(SAN)),,-Wl,--no-undefined) $(LDFLAGS) -o $@ $(RUNTIME_OBJ) $(SO_CUDA) $(SO_LIBS) -lm -lpthread
 
 test: $(BIN) $(TEST_BIN) $(BROWSER_STAMP)
 	@BUILD=$(BUILD) RATION=$(BIN) NVCC="$(NVCC)" LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
@@ -143,3 +171,4 @@ gpu-check:
 
 clean:
 	rm -rf build bin
+
