@@ -27,8 +27,9 @@ endif
 # libopenblas0-pthread: the CPU kernels' GEMM, loaded at run time from its
 # own directory (runtime/kernels_fast.c): the build that may be called from
 # several threads at once, whichever BLAS the system's alternatives name.
+# man-db, groff-base: t_install.sh renders every installed man page.
 DEB_PKGS := libglpk-dev libcjson-dev coinor-libcbc-dev nettle-dev pkg-config python3-torch python3-numpy \
-            clang libclang-rt-dev valgrind libopenblas0-pthread
+            clang libclang-rt-dev valgrind libopenblas0-pthread man-db groff-base
 DEPS_STAMP := build/.deps-ok
 
 # The browser test renders report.html in headless Chromium, which is large:
@@ -50,7 +51,8 @@ VERSION := $(shell sed -n 's/^\#define RATION_VERSION "\(.*\)"/\1/p' compiler/ra
 SONAME  := libration.so.$(firstword $(subst ., ,$(VERSION)))
 LIBSO   := $(BUILD)/libration.so.$(VERSION)
 
-.PHONY: all deps browser-deps run test clean fuzz gpu-prep gpu-check
+.PHONY: all deps browser-deps run test clean fuzz gpu-prep gpu-check install uninstall FORCE
+FORCE:
 all: $(BIN) $(LIBRATION) $(LIBSO)
 
 deps: $(DEPS_STAMP)
@@ -172,3 +174,47 @@ gpu-check:
 clean:
 	rm -rf build bin
 
+# ---------------------------------------------------------------- install
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the CLI, libration static
+# and shared (and the CUDA backend's archive where nvcc built it), its public
+# headers, ration.pc, the device profiles where --device looks for them
+# (DATADIR/budgets) and the man pages. The installed CLI is linked apart
+# from bin/ration, with the DATADIR of this PREFIX, so that installing
+# elsewhere leaves the in-tree binary as it is. `make uninstall` (same
+# PREFIX and DESTDIR) removes exactly these files and ration's own
+# directories; directories that others share (bin, lib, man1) stay.
+INST       := $(BUILD)/install
+DEST       := $(DESTDIR)$(PREFIX)
+PROFILES   := $(notdir $(wildcard budgets/*.json))
+MAN_PAGES  := $(notdir $(wildcard docs/man/*.1))
+HEADERS    := ration.h kernels.h
+INST_LIBS  := libration.a $(notdir $(LIBSO)) $(SONAME) libration.so $(if $(NVCC),$(notdir $(LIBCUDA)))
+INST_FILES := bin/ration $(INST_LIBS:%=lib/%) lib/pkgconfig/ration.pc $(HEADERS:%=include/ration/%) \
+              $(PROFILES:%=share/ration/budgets/%) $(MAN_PAGES:%=share/man/man1/%)
+
+# Rewritten only when PREFIX changes, so the installed CLI is rebuilt then.
+$(INST)/prefix: FORCE
+	@mkdir -p $(dir $@); echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' >$@
+$(INST)/main.o: compiler/main.c compiler/ration.h $(INST)/prefix | $(DEPS_STAMP)
+	$(CC) $(CPPFLAGS) -DRATION_DATADIR='"$(DATADIR)/budgets"' $(WARN) $(CFLAGS) -c $< -o $@
+$(INST)/ration: $(INST)/main.o $(LIBCOMPILER) $(LIBRATION)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(INST)/ration.pc: runtime/ration.pc.in $(INST)/prefix
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< >$@
+
+install: $(INST)/ration $(LIBRATION) $(LIBSO) $(INST)/ration.pc $(if $(NVCC),$(LIBCUDA))
+	install -d $(DEST)/bin $(DEST)/lib/pkgconfig $(DEST)/include/ration $(DEST)/share/ration/budgets \
+	  $(DEST)/share/man/man1
+	install -m 755 $(INST)/ration $(DEST)/bin/ration
+	install -m 644 $(LIBRATION) $(if $(NVCC),$(LIBCUDA)) $(DEST)/lib/
+	install -m 755 $(LIBSO) $(DEST)/lib/
+	ln -sf $(notdir $(LIBSO)) $(DEST)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DEST)/lib/libration.so
+	install -m 644 $(INST)/ration.pc $(DEST)/lib/pkgconfig/ration.pc
+	install -m 644 $(HEADERS:%=runtime/%) $(DEST)/include/ration/
+	install -m 644 $(PROFILES:%=budgets/%) $(DEST)/share/ration/budgets/
+	install -m 644 $(MAN_PAGES:%=docs/man/%) $(DEST)/share/man/man1/
+
+uninstall:
+	rm -f $(INST_FILES:%=$(DEST)/%)
+	rmdir $(DEST)/include/ration $(DEST)/share/ration/budgets $(DEST)/share/ration 2>/dev/null || true
