@@ -92,8 +92,14 @@ static int fit_try(const ModelConfig *base, const Device *d, const FitOptions *o
   r->points = more;
   FitPoint *pt = &r->points[r->npoints++];
   fit_point(base, d, o, k * q, pt);
-  if (!o->quiet)
-    fprintf(stderr, "ration fit: %s %d: %s\n", o->vary_seq ? "seq" : "batch", k * q, pt->fits ? "fits" : pt->why);
+  if (!o->quiet) { /* on a terminal: the reason may quote a name */
+    const char *what = pt->fits ? "fits" : pt->why;
+    Buf line = {0};
+    buf_printf(&line, "ration fit: %s %d: ", o->vary_seq ? "seq" : "batch", k * q);
+    util_term_text(&line, what, strlen(what), true);
+    if (!line.failed) fprintf(stderr, "%s\n", line.data);
+    buf_free(&line);
+  }
   *fits = pt->fits;
   return 0;
 }

@@ -313,6 +313,14 @@ static int model_flag(ModelConfig *c, int argc, char **argv, int i) {
   return 2;
 }
 
+/* A graph's name goes into its file, whose loader takes only UTF-8. */
+static void need_utf8_name(const char *name) {
+  uint32_t cp;
+  for (size_t i = 0, n = strlen(name), len; i < n; i += len)
+    if (!(len = util_utf8_char(name + i, n - i, &cp)))
+      die_usage("the graph's name \"%s\" is not UTF-8 (give one with --name)", name);
+}
+
 static int cmd_model(int argc, char **argv) {
   if (argc < 1 || argv[0][0] == '-') die_usage("%s", "model needs FAMILY (gpt2, llama, unet)");
   Err e;
@@ -337,11 +345,7 @@ static int cmd_model(int argc, char **argv) {
     if (n > 5 && !strcmp(base + n - 5, ".json")) base[n - 5] = 0;
     c.name = base;
   }
-  /* The name goes into the graph, whose loader takes only UTF-8. */
-  uint32_t cp;
-  for (size_t i = 0, n = strlen(c.name), len; i < n; i += len)
-    if (!(len = util_utf8_char(c.name + i, n - i, &cp)))
-      die_usage("model: the graph's name \"%s\" is not UTF-8 (give one with --name)", c.name);
+  need_utf8_name(c.name);
   Buf json = {0};
   ModelStats st;
   if (model_build(&c, &json, &e) || model_stats(&c, &st, &e) || util_write_file_atomic(out, json.data, json.len, &e))
@@ -380,6 +384,7 @@ static int cmd_fit(int argc, char **argv) {
     fo.plan.time_limit = strtod(argv[i + 1], &end);
     if (*end || !(fo.plan.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i + 1]);
   }
+  if (c.name) need_utf8_name(c.name);
   if (!device_name || !vary) die_usage("%s", "fit needs FAMILY, --device D and --vary batch|seq");
   if (strcmp(vary, "batch") && strcmp(vary, "seq")) die_usage("--vary: \"%s\" is not batch or seq", vary);
   fo.vary_seq = !strcmp(vary, "seq");
@@ -410,26 +415,26 @@ static int cmd_fit(int argc, char **argv) {
     if (util_write_file_atomic(out, csv.data, csv.len, &e)) die(&e);
   }
   char b1[32], b2[32], b3[32];
-  printf("fit %s on %s, budget %s, %s, %s\n", c.name ? c.name : c.family, d->name,
+  say(stdout, "fit %s on %s, budget %s, %s, %s\n", c.name ? c.name : c.family, d->name,
          util_fmt_bytes(r.budget_bytes, b1, sizeof b1), vary, slowdown ? "within the slowdown given" : "any slowdown");
-  printf("%8s  %-12s  %-12s  %10s  %9s  %12s\n", vary, "keep-all", "arena", "step ms", "slowdown", r.unit);
+  say(stdout, "%8s  %-12s  %-12s  %10s  %9s  %12s\n", vary, "keep-all", "arena", "step ms", "slowdown", r.unit);
   for (int i = 0; i < r.npoints; i++) {
     const FitPoint *pt = &r.points[i];
-    printf("%8d  %-12s  ", pt->value, pt->keep_all_peak ? util_fmt_bytes(pt->keep_all_peak, b1, sizeof b1) : "-");
+    say(stdout, "%8d  %-12s  ", pt->value, pt->keep_all_peak ? util_fmt_bytes(pt->keep_all_peak, b1, sizeof b1) : "-");
     if (pt->planned)
-      printf("%-12s  %10.3f  %+8.2f%%  %10.0f/s%s\n", util_fmt_bytes(pt->arena_bytes, b2, sizeof b2),
+      say(stdout, "%-12s  %10.3f  %+8.2f%%  %10.0f/s%s\n", util_fmt_bytes(pt->arena_bytes, b2, sizeof b2),
              pt->step_seconds * 1e3, 100 * pt->slowdown, pt->items_per_second, pt->fits ? "" : "  (too slow)");
     else
-      printf("%-12s  no plan at the budget\n", "-");
+      say(stdout, "%-12s  no plan at the budget\n", "-");
   }
   int status = 0;
   if (r.best < 0) {
     const FitPoint *least = &r.points[0];
-    fprintf(stderr, "ration: no %s fits: at %s %d: %s\n", vary, vary, least->value, least->why);
+    say(stderr, "ration: no %s fits: at %s %d: %s\n", vary, vary, least->value, least->why);
     status = 2;
   } else {
     const FitPoint *pt = &r.points[r.best];
-    printf("largest %s: %d: arena %s of %s, step %.3f ms (%+.2f%% over keep-all), %.0f %s/s\n", vary, pt->value,
+    say(stdout, "largest %s: %d: arena %s of %s, step %.3f ms (%+.2f%% over keep-all), %.0f %s/s\n", vary, pt->value,
            util_fmt_bytes(pt->arena_bytes, b2, sizeof b2), util_fmt_bytes(r.budget_bytes, b3, sizeof b3),
            pt->step_seconds * 1e3, 100 * pt->slowdown, pt->items_per_second, r.unit);
   }

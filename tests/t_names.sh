@@ -42,9 +42,17 @@ if grep -q "^$tmp/m.json: tinyred: " "$tmp/model"; then ok "model: the name's pr
 else fail "model: the name's printable rest" "$(cat "$tmp/model")"; fi
 
 expect_fail "model: a graph name that is not UTF-8 (from -o) is refused" \
-  "ration: model: the graph's name \"caf?\" is not UTF-8 (give one with --name)" \
+  "ration: the graph's name \"caf?\" is not UTF-8 (give one with --name)" \
   "$RATION" model gpt2 --layers 1 --dim 8 --heads 1 --vocab 16 --seq 4 --batch 1 -o "$tmp/caf$(printf '\351').json"
 if ls "$tmp" | grep -q '^caf'; then fail "model: nothing written for it"; else ok "model: nothing written for it"; fi
+
+# On a terminal too (fit's progress lines are printed only there).
+script -qc "'$RATION' fit gpt2 --layers 1 --dim 32 --heads 2 --vocab 256 --seq 16 --batch 2 --device '$tmp/dev.json' \
+  --vary batch --budget 2MiB --name 'fit$(printf '\033[31m')red'" /dev/null >"$tmp/tty" 2>&1
+clean "fit on a terminal" "$tmp/tty"
+if grep -q "^ration fit: batch 2: fits" "$tmp/tty" && grep -q "^fit fitred on dev, budget 2.00 MiB" "$tmp/tty"; then
+  ok "fit on a terminal: progress and result by the name's printable rest"
+else fail "fit on a terminal: progress and result by the name's printable rest" "$(head -3 "$tmp/tty")"; fi
 
 # Errors: one line, sequences removed, a newline in a name a space.
 sed -e 's/{"name": "w2"/{"name": "w1\\n\\u001b[2Jx"/' -e 's/{"name": "dw2"/{"name": "w1\\n\\u001b[2Jx"/' \
