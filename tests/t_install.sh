@@ -35,8 +35,10 @@ want=$( (echo bin/ration; echo lib/libration.a
 printf '%s\n' "$want" >"$tmp/want"
 if cmp -s "$tmp/got" "$tmp/want"; then ok "install: exactly bin, libs, headers, ration.pc, profiles, man pages"
 else fail "install: exactly bin, libs, headers, ration.pc, profiles, man pages" "$(diff "$tmp/want" "$tmp/got")"; fi
-for c in plan simulate info model report version; do
-  [ -f "$stage$pre/share/man/man1/ration-$c.1" ] || fail "a man page for ration $c"
+commands=$("$RATION" --help | sed -n 's/^  ration \([a-z]*\).*/\1/p')
+for c in $commands; do
+  if [ -f "$stage$pre/share/man/man1/ration-$c.1" ]; then ok "a man page for ration $c"
+  else fail "a man page for ration $c"; fi
 done
 mk uninstall DESTDIR="$stage" PREFIX=$pre >"$tmp/log" 2>&1
 (cd "$stage" && find . | sort) >"$tmp/after"
@@ -87,7 +89,7 @@ else fail "shared and static trainers run 2 steps to the same losses" "$(cat "$t
 
 # ---- man pages: render without a warning; each names its command's options
 man_ok=1
-for c in "" plan simulate info model report version; do
+for c in "" $commands; do
   page=$prefix/share/man/man1/ration${c:+-$c}.1
   warn=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
   if command -v man >/dev/null 2>&1; then text=$(MANWIDTH=100 man -l "$page" 2>"$tmp/merr"); st=$?
