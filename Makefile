@@ -52,8 +52,8 @@ SONAME  := libration.so.$(firstword $(subst ., ,$(VERSION)))
 LIBSO   := $(BUILD)/libration.so.$(VERSION)
 
 .PHONY: all deps browser-deps run test clean fuzz gpu-prep gpu-check install uninstall FORCE
-FORCE:
 all: $(BIN) $(LIBRATION) $(LIBSO)
+FORCE:
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
