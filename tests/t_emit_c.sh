@@ -61,6 +61,15 @@ if [ "$st" = 1 ] && grep -q "graph sha256 was $(sha256sum $g | cut -d' ' -f1), n
   ok "--check names a changed graph"
 else fail "--check names a changed graph" "exit $st: $(cat "$tmp/err")"; fi
 
+# The schedule fuzz target's seeds are what ration emits today.
+mkdir -p "$tmp/seeds"
+same_seeds() {
+  for f in tests/fuzz/seeds/*.sched.c tests/fuzz/seeds/*.json; do cmp -s "$f" "$tmp/seeds/${f##*/}" || return 1; done
+}
+if RATION=$RATION sh tests/fuzz/seeds/make.sh "$tmp/seeds" >"$tmp/out" 2>&1 && same_seeds; then
+  ok "tests/fuzz/seeds: current (tests/fuzz/seeds/make.sh)"
+else fail "tests/fuzz/seeds: current (tests/fuzz/seeds/make.sh)" "$(cat "$tmp/out")"; fi
+
 rm -f "$tmp/a.sched.h"
 st=$(check $g --device budgets/cpu.json -o "$tmp/a")
 if [ "$st" = 1 ] && grep -q "a.sched.h: missing" "$tmp/err"; then ok "--check names a missing file"

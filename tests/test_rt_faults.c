@@ -98,7 +98,7 @@ static size_t state_bytes(const rt_Schedule *s) {
 static int read_state(rt_Session *ss, const rt_Schedule *s, unsigned char *out) {
   for (int t = 0; t < s->ntensors; t++)
     if (s->tensors[t].kind == 1 || s->tensors[t].kind == 3) {
-      int rc = rt_read(ss, s->tensors[t].name, out, (size_t)s->tensors[t].bytes);
+      int rc = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, out, (size_t)s->tensors[t].bytes);
       if (rc != RT_OK) return rc;
       out += s->tensors[t].bytes;
     }
@@ -107,7 +107,7 @@ static int read_state(rt_Session *ss, const rt_Schedule *s, unsigned char *out) 
 
 /* A session with fixed params and a fixed batch. */
 static int open_ready(const rt_Schedule *s, unsigned flags, rt_Session **out, char *err, size_t errlen) {
-  rt_Options o = {RT_BACKEND_CPU, flags, 3, 50, 0};
+  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = flags, .seed = 3, .delay_us = 50};
   int rc = rt_open(s, &o, out, err, errlen);
   if (rc != RT_OK) return rc;
   rc = rt_init_params(*out, 42, 0.02);
@@ -117,7 +117,7 @@ static int open_ready(const rt_Schedule *s, unsigned flags, rt_Session **out, ch
     int32_t *ids = malloc((size_t)x->bytes);
     if (!ids) return RT_ENOMEM;
     for (int64_t i = 0; i < x->bytes / 4; i++) ids[i] = (int32_t)((i * 7 + t) % 64);
-    rc = rt_write(*out, x->name, ids, (size_t)x->bytes);
+    rc = rt_write(*out, x->name, x->dtype, x->rank, x->shape, ids, (size_t)x->bytes);
     free(ids);
   }
   if (rc != RT_OK) snprintf(err, errlen, "%s", rt_error(*out));
@@ -297,7 +297,7 @@ int main(int argc, char **argv) {
       for (long k = 1; k <= total; k += stride) {
         rt_Session *x = (rt_Session *)&fails; /* must come back NULL */
         char e2[512] = "";
-        rt_Options o = {RT_BACKEND_CPU, flag_sets[f], 3, 50, 0};
+        rt_Options o = {.backend = RT_BACKEND_CPU, .flags = flag_sets[f], .seed = 3, .delay_us = 50};
         rt_fault_inject(k, 0, 0);
         int st = rt_open(s, &o, &x, e2, sizeof e2);
         rt_fault_inject(0, 0, 0);
