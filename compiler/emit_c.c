@@ -100,12 +100,21 @@ static void put_cstr(Buf *b, const char *s) {
   buf_printf(b, "\"");
 }
 
-/* Text inside a comment: no "*" followed by "/", printable ASCII only. */
+/* Text inside a block comment, whatever bytes S holds: printable ASCII
+ * only (anything else, newlines included, becomes '.'), a backslash becomes
+ * '/', and no two emitted characters pair up as the end of the comment
+ * ("*" "/"), a nested opening ("/" "*", which -Wcomment rejects) or the
+ * start of a trigraph ("??", which -std=c99 would turn "??/" into a line
+ * splice): the second of such a pair is written as '+' or '.'. */
 static void put_comment_text(Buf *b, const char *s) {
+  char prev = ' ';
   for (const char *c = s ? s : "(null)"; *c; c++) {
-    char ch = (*c >= 32 && *c < 127) ? *c : '?';
-    if (ch == '*' && c[1] == '/') ch = '+';
+    char ch = (*c >= 32 && *c < 127) ? *c : '.';
+    if (ch == '\\') ch = '/';
+    if ((prev == '*' && ch == '/') || (prev == '/' && ch == '*')) ch = '+';
+    else if (prev == '?' && ch == '?') ch = '.';
     buf_printf(b, "%c", ch);
+    prev = ch;
   }
 }
 
@@ -221,7 +230,11 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   if (sync_derive(p, g, &sy, e) < 0) return -1;
   int rc = -1;
   put_provenance(out, p, g, file);
-  buf_printf(out, "#include \"%s.sched.h\"\n\n", name);
+  /* Self-contained: the ABI block and the entry point's prototype, not an
+   * #include of the header, whose name (OUT's) no escape could make safe
+   * in an #include line (it takes no escape sequences). */
+  buf_printf(out, "#include <stdint.h>\n\n%s\n", abi_block);
+  buf_printf(out, "const rt_Schedule *ration_schedule_%s(void);\n\n", ident);
   buf_printf(out, "#define RT_SCHED_LEN(table) ((int32_t)(sizeof(table) / sizeof(table)[0]))\n\n");
 
   buf_printf(out, "/* name, dtype, kind, rank, is_output, shape, bytes */\n");

@@ -11,7 +11,68 @@
  * predicted peak live bytes: 67716
  * arena bytes: 75780, host bytes: 0
  */
-#include "gpt2-micro-checkpoint-layers.sched.h"
+#include <stdint.h>
+
+/* RATION-SCHED-ABI-BEGIN */
+#ifndef RATION_SCHED_ABI
+#define RATION_SCHED_ABI 2
+enum { RT_SCHED_MAX_RANK = 8 };
+enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
+enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };
+enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
+/* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
+ * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
+typedef struct rt_SchedTensor {
+  const char *name;
+  int32_t dtype, kind, rank, is_output;
+  int64_t shape[RT_SCHED_MAX_RANK];
+  int64_t bytes;
+} rt_SchedTensor;
+typedef struct rt_SchedBuffer {
+  int32_t tensor, workspace_of, space;
+  int64_t bytes, offset;
+} rt_SchedBuffer;
+typedef struct rt_SchedAttr {
+  const char *key;
+  double num;
+  const char *str;
+} rt_SchedAttr;
+typedef struct rt_SchedOp {
+  const char *name, *type;
+  int32_t phase, nin, nout, io0, nattr, attr0;
+  int64_t workspace;
+} rt_SchedOp;
+/* A step runs on one stream after waiting for the steps waits[wait0 ..
+ * wait0+nwait) (on other streams) to complete; event >= 0 marks a step that
+ * some later step waits for. io0 indexes step_io: inputs then outputs. */
+typedef struct rt_SchedStep {
+  int32_t kind, stream, op, recompute, io0, workspace, from, to;
+  int32_t wait0, nwait, event;
+} rt_SchedStep;
+typedef struct rt_Schedule {
+  int32_t abi;
+  const char *name, *ration_version, *graph_name, *graph_sha256, *device;
+  const char *strategy, *solver_status;
+  double solver_gap, predicted_step_seconds;
+  int64_t budget_bytes, arena_bytes, host_bytes, alignment, peak_live_bytes;
+  int32_t ntensors, nbuffers, nops, nsteps, nevents;
+  const rt_SchedTensor *tensors;
+  const rt_SchedBuffer *buffers;
+  const rt_SchedOp *ops;
+  const int32_t *op_io;
+  const rt_SchedAttr *attrs;
+  const rt_SchedStep *steps;
+  const int32_t *step_io;
+  const int32_t *waits;
+  /* ABI 2: the lengths of the flat tables, so that every index in them is
+   * checked against the table it points into. */
+  int32_t nop_io, nattrs, nstep_io, nwaits;
+} rt_Schedule;
+#endif
+/* RATION-SCHED-ABI-END */
+
+const rt_Schedule *ration_schedule_gpt2_micro_checkpoint_layers(void);
 
 #define RT_SCHED_LEN(table) ((int32_t)(sizeof(table) / sizeof(table)[0]))
 
