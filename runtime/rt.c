@@ -589,6 +589,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   }
   s->dev = dev;
   s->host = host;
+  if (s->be->set_timeout) s->be->set_timeout(s->ctx, o.timeout_ms);
   if ((rc = give_runtime_bytes(s)) != RT_OK) goto done;
   if (s->be == &rt_backend_cpu &&
       (rc = rt_cpu_configure(s->ctx, o.threads, (o.flags & RT_OPEN_REFERENCE) != 0, s->err, sizeof s->err)) != RT_OK)

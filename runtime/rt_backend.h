@@ -61,6 +61,10 @@ typedef struct rt_Backend {
   /* The arena bytes the plan set aside for the backend itself (the tensor
    * RT_RUNTIME_TENSOR), before anything runs (NULL: it needs none). */
   int (*set_runtime)(void *ctx, void *bytes, int64_t n, char *err, size_t errlen);
+  /* The watchdog (rt_Options.timeout_ms): a wait or synchronize still not
+   * done after MS fails with RT_ETIMEOUT (0: never). A lost device fails
+   * every call with RT_ELOST. */
+  void (*set_timeout)(void *ctx, unsigned ms);
 } rt_Backend;
 
 /* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND

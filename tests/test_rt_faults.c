@@ -11,6 +11,13 @@
  *     the step a session that never failed runs.
  * Without RT_OPEN_ATOMIC a failing optimizer op may leave earlier optimizer
  * ops' updates; the message must say so, and nothing else may change.
+ * The faults a device shows later, injected by the CPU backend: each copy
+ * and kernel in turn failing on its stream (reported at the next wait or
+ * the step's synchronize, as CUDA reports them: RT_EBACKEND, state kept as
+ * above); the device lost at each backend call of a step (RT_ELOST); a copy
+ * or kernel that never completes, ended by the watchdog (rt_Options.
+ * timeout_ms: RT_ETIMEOUT). After the last two the session refuses every
+ * call at once and rt_close frees it all.
  * And rt_write_profile: what it writes reads back (every op's median, the
  * copy figures), two writers of one path never clobber each other's
  * temporary, and a write that fails leaves no temporary behind.
@@ -28,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -124,8 +132,11 @@ static int open_ready(const rt_Schedule *s, unsigned flags, rt_Session **out, ch
   return rc;
 }
 
-/* Arms fault KIND (1 copy, 2 kernel) at each of its N events of a step in
- * turn; checks status, message, unchanged state and a clean next step. */
+/* Arms fault KIND (RT_FAULT_COPY, _KERNEL or _ASYNC: copies and kernels
+ * that fail on their stream) at each of its N events of a step in turn;
+ * checks status, message, unchanged state and a clean next step. A failure
+ * at issue names its step; one on a stream surfaces at a later wait or at
+ * the step's synchronize. */
 static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, const unsigned char *after_one,
                       size_t nb) {
   unsigned char *before = malloc(nb), *now = malloc(nb);
@@ -143,12 +154,14 @@ static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, co
       continue;
     }
     opened++;
-    rt_fault_inject(0, kind == 1 ? k : 0, kind == 2 ? k : 0);
+    rt_fault_arm(kind, k);
     int rc = rt_step(ss);
     rt_fault_inject(0, 0, 0);
     const char *m = rt_error(ss);
-    int want = kind == 1 ? RT_EBACKEND : RT_EKERNEL;
-    if (rc != want || !strstr(m, "injected fault") || strncmp(m, "step ", 5) != 0) {
+    int want = kind == RT_FAULT_KERNEL ? RT_EKERNEL : RT_EBACKEND;
+    bool named = kind == RT_FAULT_ASYNC ? strstr(m, "asynchronously (injected fault)") != NULL
+                                        : strstr(m, "injected fault") && !strncmp(m, "step ", 5);
+    if (rc != want || !named) {
       if (!bad_status++) first_bad = k, snprintf(msg, sizeof msg, "status %d: %s", rc, m);
     }
     bool said = strstr(m, "optimizer ops had already updated") != NULL;
@@ -160,7 +173,8 @@ static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, co
     }
     rt_close(ss);
   }
-  const char *what = kind == 1 ? "copy" : "kernel", *whats = kind == 1 ? "copies" : "kernels";
+  const char *what = kind == RT_FAULT_COPY ? "copy" : kind == RT_FAULT_KERNEL ? "kernel" : "copy or kernel on its stream";
+  const char *whats = kind == RT_FAULT_COPY ? "copies" : kind == RT_FAULT_KERNEL ? "kernels" : "copies and kernels on their streams";
   char name[200];
   snprintf(name, sizeof name, "each of %ld %s failing in turn%s: status, message, state kept, clean next step", n,
            whats, flags & RT_OPEN_ATOMIC ? " (RT_OPEN_ATOMIC)" : "");
@@ -170,7 +184,7 @@ static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, co
              "%d bad statuses, %d unsaid state changes, %d unclean next steps; first at %s %ld: %s", bad_status,
              changed_unsaid, no_recover, what, first_bad, msg);
     if (flags & RT_OPEN_ATOMIC) T_CHECKF(changed == 0, "%d failures changed the state", changed);
-    else if (kind == 2 && stride == 1) T_CHECKF(changed > 0 && changed < n, "%d of %ld kernel failures changed the state (the "
+    else if (kind != RT_FAULT_COPY && stride == 1) T_CHECKF(changed > 0 && changed < n, "%d of %ld kernel failures changed the state (the "
                                  "optimizer's, said so)", changed, n);
   }
   printf("  %s failures: %ld, state changed by %d (said so in the message)\n", what, n, changed);
@@ -255,6 +269,104 @@ done:
   rt_close(b);
 }
 
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* After a failure that kills the session: a second step, a write and a
+ * read fail the same way, at once, saying the session can only be closed. */
+static bool stays_dead(rt_Session *ss, const rt_Schedule *s, int want) {
+  const rt_SchedTensor *t = &s->tensors[0];
+  unsigned char buf[64];
+  double t0 = seconds_now();
+  bool dead = rt_step(ss) == want && strstr(rt_error(ss), "can only be closed") &&
+              (t->bytes > (int64_t)sizeof buf ||
+               (rt_write(ss, t->name, t->dtype, t->rank, t->shape, buf, (size_t)t->bytes) == want &&
+                rt_read(ss, t->name, t->dtype, t->rank, t->shape, buf, (size_t)t->bytes) == want));
+  return dead && seconds_now() - t0 < 0.1;
+}
+
+/* The device is lost at each backend call of a step in turn: the step
+ * fails with RT_ELOST, the session stays dead, rt_close frees it all. */
+static void lose_device(const rt_Schedule *s) {
+  rt_Session *ss = NULL;
+  char err[512] = "", msg[600] = "";
+  long calls = 0, bad = 0;
+  rt_fault_inject(0, 0, 0);
+  if (open_ready(s, 0, &ss, err, sizeof err) == RT_OK) {
+    rt_fault_arm(RT_FAULT_LOST, 0);
+    if (rt_step(ss) == RT_OK) calls = rt_fault_count(RT_FAULT_LOST);
+  }
+  rt_close(ss);
+  for (long k = 1; k <= calls; k += stride) {
+    ss = NULL;
+    rt_fault_inject(0, 0, 0);
+    if (open_ready(s, RT_OPEN_ATOMIC, &ss, err, sizeof err) != RT_OK) {
+      if (!bad++) snprintf(msg, sizeof msg, "open: %s", err);
+      continue;
+    }
+    rt_fault_arm(RT_FAULT_LOST, k);
+    int rc = rt_step(ss);
+    bool ok = rc == RT_ELOST && strstr(rt_error(ss), "device lost") && stays_dead(ss, s, RT_ELOST);
+    if (!ok && !bad++) snprintf(msg, sizeof msg, "call %ld: status %d: %s", k, rc, rt_error(ss));
+    rt_close(ss);
+  }
+  rt_fault_inject(0, 0, 0);
+  char name[200];
+  snprintf(name, sizeof name, "the device lost at each of %ld backend calls of a step: RT_ELOST, the session dead, "
+           "closed cleanly", calls);
+  T_CASE(name) T_CHECKF(calls > 100 && bad == 0, "%ld wrong; first %s", bad, msg);
+}
+
+/* A copy or kernel that never completes, at the first and last copy and
+ * the first, a middle and the last kernel: the watchdog (timeout_ms 300)
+ * fails the step with RT_ETIMEOUT after 0.3 s and not much later, the
+ * session stays dead and rt_close returns. A clean session with the same
+ * timeout steps as before. */
+static void hang(const rt_Schedule *s, long ncopy, long nkernel) {
+  long events = ncopy + nkernel, at[] = {1, 2, events / 2, events - 1, events};
+  rt_Session *ss = NULL;
+  char err[512] = "", msg[700] = "";
+  int bad = 0;
+  rt_Options o = {.backend = RT_BACKEND_CPU, .seed = 3, .delay_us = 50, .timeout_ms = 300};
+  /* "Not much later": within a second and three clean steps (valgrind). */
+  double clean = seconds_now();
+  if (open_ready(s, 0, &ss, err, sizeof err) != RT_OK || rt_step(ss) != RT_OK) bad++;
+  clean = seconds_now() - clean;
+  rt_close(ss);
+  for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+    rt_fault_inject(0, 0, 0);
+    if (rt_open(s, &o, &ss, err, sizeof err) != RT_OK) {
+      if (!bad++) snprintf(msg, sizeof msg, "open: %s", err);
+      continue;
+    }
+    rt_fault_arm(RT_FAULT_HANG, at[i]);
+    double t0 = seconds_now();
+    int rc = rt_step(ss);
+    double took = seconds_now() - t0;
+    bool ok = rc == RT_ETIMEOUT && strstr(rt_error(ss), "timed out after 300 ms") && took >= 0.29 && took < 1.3 + 3 * clean &&
+              stays_dead(ss, s, RT_ETIMEOUT);
+    if (!ok && !bad++)
+      snprintf(msg, sizeof msg, "event %ld of %ld: status %d after %.3f s: %s", at[i], events, rc, took, rt_error(ss));
+    t0 = seconds_now();
+    rt_close(ss);
+    if (seconds_now() - t0 > 1 + clean && !bad++) snprintf(msg, sizeof msg, "event %ld: rt_close took %.3f s", at[i], seconds_now() - t0);
+  }
+  rt_fault_inject(0, 0, 0);
+  T_CASE("a copy or kernel that never completes (first and last copy, first, middle and last kernel): RT_ETIMEOUT "
+         "after the 300 ms watchdog, the session dead, closed at once")
+    T_CHECKF(bad == 0, "%s", msg);
+  int rc = open_ready(s, 0, &ss, err, sizeof err) == RT_OK ? RT_OK : -1;
+  rt_close(ss);
+  o.flags = RT_OPEN_DEBUG;
+  if (rc == RT_OK) rc = rt_open(s, &o, &ss, err, sizeof err);
+  for (int i = 0; i < 3 && rc == RT_OK; i++) rc = rt_step(ss);
+  T_CASE("with the watchdog set, clean debug steps run") T_CHECKF(rc == RT_OK, "%d: %s", rc, ss ? rt_error(ss) : err);
+  rt_close(ss);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc == 3 && !strcmp(argv[1], "--stride")) stride = atol(argv[2]) > 0 ? atol(argv[2]) : 1;
@@ -311,10 +423,14 @@ int main(int argc, char **argv) {
                f ? " (RT_OPEN_ATOMIC | RT_OPEN_DEBUG)" : "");
       T_CASE(name) T_CHECKF(fails == 0 && leaks_out == 0, "%ld wrong: %s", fails, first);
     }
-    fail_each(s, 1, ncopy, 0, after_one, nb);
-    fail_each(s, 2, nkernel, 0, after_one, nb);
-    fail_each(s, 1, ncopy, RT_OPEN_ATOMIC, after_one, nb);
-    fail_each(s, 2, nkernel, RT_OPEN_ATOMIC, after_one, nb);
+    fail_each(s, RT_FAULT_COPY, ncopy, 0, after_one, nb);
+    fail_each(s, RT_FAULT_KERNEL, nkernel, 0, after_one, nb);
+    fail_each(s, RT_FAULT_COPY, ncopy, RT_OPEN_ATOMIC, after_one, nb);
+    fail_each(s, RT_FAULT_KERNEL, nkernel, RT_OPEN_ATOMIC, after_one, nb);
+    fail_each(s, RT_FAULT_ASYNC, ncopy + nkernel, 0, after_one, nb);
+    fail_each(s, RT_FAULT_ASYNC, ncopy + nkernel, RT_OPEN_ATOMIC, after_one, nb);
+    lose_device(s);
+    hang(s, ncopy, nkernel);
     free(after_one);
     if (stride == 1) profiles(s);
   }
