@@ -208,8 +208,10 @@ double rt_op_seconds(const rt_Session *s, int op);
  * "d2h_gbps" and "h2d_gbps" (medians of each step's bandwidth) and
  * "copy_compute_share" (the compute stream's seconds spent issuing copies
  * over the copies' seconds: on the CPU backend, how much of a copy's time
- * its thread takes from compute). Atomic: a temporary of its own next to
- * PATH, synced and renamed over it; on failure PATH is as it was. */
+ * its thread takes from compute). Atomic: an unnamed file next to PATH,
+ * synced, then named and renamed over it by a child process; on failure
+ * PATH is as it was, and a kill at any point leaves the old file or the
+ * whole new one and no temporary. */
 int rt_write_profile(rt_Session *s, const char *path);
 
 /* Fault injection for tests (Lua's ltests idea): from the arming call on,

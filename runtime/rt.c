@@ -7,16 +7,19 @@
  * mode every read is checked against that occupancy and every dying buffer
  * is filled with NaN so that a schedule bug shows as a wrong result.
  */
+#define _GNU_SOURCE /* O_TMPFILE, pipe2 */
 #include "rt_backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { ST_EMPTY, ST_PENDING, ST_VALID, ST_DEAD }; /* debug: a buffer's state within a step */
@@ -1054,36 +1057,8 @@ static void json_str(FILE *f, const char *x) {
   fputc('"', f);
 }
 
-/* A file of its own next to PATH: PATH.tmp.PID.N, N counting the session's
- * process-wide attempts, so two writers never share a temporary. */
-static FILE *open_temp(const char *path, char *tmp, size_t len) {
-  static atomic_uint serial;
-  for (int attempt = 0; attempt < 100; attempt++) {
-    unsigned n = atomic_fetch_add(&serial, 1u);
-    if ((size_t)snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), n) >= len) return NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      FILE *f = fdopen(fd, "w");
-      if (!f) {
-        close(fd);
-        unlink(tmp);
-      }
-      return f;
-    }
-    if (errno != EEXIST) return NULL;
-  }
-  return NULL;
-}
-
-/* Written to a temporary, synced, then renamed over PATH: a reader sees the
- * old file or the whole new one, never half of it; on failure the
- * temporary is removed and PATH is as it was. */
-int rt_write_profile(rt_Session *s, const char *path) {
-  if (!s || !path) return RT_EINVAL;
-  if (s->nrun == 0) return fail(s, RT_EINVAL, "no step has run: nothing to profile");
-  char tmp[4096];
-  FILE *f = open_temp(path, tmp, sizeof tmp);
-  if (!f) return fail(s, RT_EINVAL, "%s: cannot write: %s", path, strerror(errno));
+/* The profile's text, into a memory stream. */
+static void put_profile(rt_Session *s, FILE *f) {
   fprintf(f, "{\"format\": \"ration-costs/1\", \"schedule\": ");
   json_str(f, s->sc->name);
   fprintf(f, ", \"backend\": ");
@@ -1107,14 +1082,116 @@ int rt_write_profile(rt_Session *s, const char *path) {
     if (v >= 0) fprintf(f, ",\n \"%s\": %.4f", keys[k], v);
   }
   fprintf(f, "\n}\n");
-  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-  int saved = errno;
-  if (fclose(f) != 0 && !bad) bad = 1, saved = errno;
-  if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
-  if (bad) {
-    unlink(tmp);
-    return fail(s, RT_EINVAL, "%s: write failed: %s", path, strerror(saved));
+}
+
+/* RT_FAULT_STALL: a stage of the write where a test kills the process. */
+static void stall_point(void) {
+  if (rt_fault_hit(RT_FAULT_STALL)) nanosleep(&(struct timespec){1, 0}, NULL);
+}
+
+/* PATH.tmp.PID.N, N counting the process's attempts, so two writers never
+ * share a temporary. */
+static bool temp_name(const char *path, char *tmp, size_t len) {
+  static atomic_uint serial;
+  return (size_t)snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1u)) < len;
+}
+
+/* An unnamed file in PATH's directory (O_TMPFILE: a process killed before
+ * it is linked leaves nothing), or where the file system has none, the
+ * named temporary TMP (*named set). */
+static int open_unnamed(const char *path, char *tmp, size_t len, bool *named) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  size_t n = slash && slash > path ? (size_t)(slash - path) : 1; /* "/x": the root; "x": "." */
+  *named = false;
+  if (n >= sizeof dir || !temp_name(path, tmp, len)) return errno = ENAMETOOLONG, -1;
+  memcpy(dir, slash ? path : ".", n);
+  dir[n] = '\0';
+  int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  *named = true;
+  return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+}
+
+/* Names the unnamed file FD as TMP (unless NAMED already), then renames TMP
+ * over PATH; on failure TMP is gone. Only calls safe in a forked child.
+ * Returns 0 or an errno. */
+static int commit_profile(int fd, bool named, const char *tmp, const char *path) {
+  char proc[64] = "/proc/self/fd/";
+  int k = 14, digits[12], nd = 0;
+  for (int v = fd; nd == 0 || v > 0; v /= 10) digits[nd++] = v % 10;
+  while (nd > 0) proc[k++] = (char)('0' + digits[--nd]);
+  proc[k] = '\0';
+  if (!named && linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) return errno;
+  stall_point();
+  int rc = rename(tmp, path) == 0 ? 0 : errno;
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+/* The commit in a child that ignores the terminal's signals: a kill of the
+ * caller between naming the file and renaming it cannot leave the named
+ * temporary behind. Without a child (fork failed) it runs here. */
+static int commit_in_child(int fd, bool named, const char *tmp, const char *path) {
+  int pipefd[2] = {-1, -1};
+  pid_t pid = pipe2(pipefd, O_CLOEXEC) == 0 ? fork() : -1;
+  if (pid < 0) {
+    if (pipefd[0] >= 0) close(pipefd[0]), close(pipefd[1]);
+    return commit_profile(fd, named, tmp, path);
   }
+  if (pid == 0) {
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    int rc = commit_profile(fd, named, tmp, path);
+    _exit(write(pipefd[1], &rc, sizeof rc) == sizeof rc ? 0 : 1);
+  }
+  close(pipefd[1]);
+  int rc = EIO, status;
+  ssize_t got;
+  do got = read(pipefd[0], &rc, sizeof rc);
+  while (got < 0 && errno == EINTR);
+  close(pipefd[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) continue;
+  if (got != sizeof rc) rc = EIO, unlink(tmp);
+  return rc;
+}
+
+/* Written to an unnamed file in PATH's directory, synced, then named and
+ * renamed over PATH by a child process: a reader sees the old file or the
+ * whole new one, never half of it, and a kill at any point leaves no
+ * temporary (tests/test_rt_faults.c kills it at each stage). On failure
+ * PATH is as it was. */
+int rt_write_profile(rt_Session *s, const char *path) {
+  if (!s || !path) return RT_EINVAL;
+  if (s->nrun == 0) return fail(s, RT_EINVAL, "no step has run: nothing to profile");
+  char *text = NULL, tmp[4200];
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  if (!mem) return fail(s, RT_ENOMEM, "out of memory");
+  put_profile(s, mem);
+  if (fclose(mem) != 0) {
+    free(text);
+    return fail(s, RT_ENOMEM, "out of memory");
+  }
+  bool named;
+  int fd = open_unnamed(path, tmp, sizeof tmp, &named), err = 0;
+  if (fd < 0) err = errno;
+  stall_point(); /* the file open */
+  for (size_t at = 0; !err && at < len;) {
+    ssize_t n = write(fd, text + at, len - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) err = n < 0 ? errno : EIO;
+    else at += (size_t)n;
+  }
+  free(text);
+  if (!err) stall_point(); /* written */
+  if (!err && fsync(fd) != 0) err = errno;
+  if (!err) stall_point(); /* synced */
+  if (!err) err = commit_in_child(fd, named, tmp, path);
+  else if (named) unlink(tmp);
+  if (fd >= 0) close(fd);
+  if (err) return fail(s, RT_EINVAL, "%s: write failed: %s", path, strerror(err));
   return RT_OK;
 }
 

@@ -20,7 +20,9 @@
  * call at once and rt_close frees it all.
  * And rt_write_profile: what it writes reads back (every op's median, the
  * copy figures), two writers of one path never clobber each other's
- * temporary, and a write that fails leaves no temporary behind.
+ * temporary, a write that fails leaves no temporary behind, and a kill
+ * (SIGKILL) at each stage of the write leaves the old file or the whole
+ * new one and no temporary.
  */
 #include "ration.h"
 #include "test.h"
@@ -34,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -367,6 +371,70 @@ static void hang(const rt_Schedule *s, long ncopy, long nkernel) {
   rt_close(ss);
 }
 
+/* The only entry of DIR, whole: "old\n" (1), a whole profile (2), else 0. */
+static int profile_state(const char *dir, const char *path) {
+  DIR *d = opendir(dir);
+  int entries = 0;
+  for (struct dirent *de; d && (de = readdir(d));) entries += de->d_name[0] != '.';
+  if (d) closedir(d);
+  Err e;
+  size_t len;
+  char *text = util_read_file(path, &len, &e);
+  int state = 0;
+  if (text && entries == 1 && !strcmp(text, "old\n")) state = 1;
+  else if (text && entries == 1 && !strncmp(text, "{\"format\": \"ration-costs/1\"", 27) && len > 2 &&
+           !strcmp(text + len - 2, "}\n"))
+    state = 2;
+  free(text);
+  return state;
+}
+
+/* rt_write_profile killed (SIGKILL) while stalled at each stage of its
+ * write: the file opened, written, synced, and (in its commit child) named
+ * but not yet renamed. Before the rename the old file stays; at the last
+ * stage the child finishes the rename; never a half file or a temporary. */
+static void kill_profile(const rt_Schedule *s) {
+  char dir[300], path[400];
+  snprintf(dir, sizeof dir, "%s/kill", tmpdir);
+  snprintf(path, sizeof path, "%s/p.costs.json", dir);
+  mkdir(dir, 0700);
+  char got[64] = "";
+  int wrong = 0;
+  for (int stage = 1; stage <= 5; stage++) {
+    Err e;
+    util_write_file_atomic(path, "old\n", 4, &e);
+    int ready[2];
+    if (pipe(ready) != 0) break;
+    pid_t pid = fork();
+    if (pid == 0) {
+      rt_Session *ss = NULL;
+      char err[512];
+      if (open_ready(s, RT_OPEN_PROFILE, &ss, err, sizeof err) == RT_OK && rt_step(ss) == RT_OK &&
+          rt_step(ss) == RT_OK) {
+        rt_fault_arm(RT_FAULT_STALL, stage); /* stage 5: none, the write runs through */
+        if (write(ready[1], "r", 1) == 1) rt_write_profile(ss, path);
+      }
+      _exit(0);
+    }
+    close(ready[1]);
+    char c;
+    bool started = pid > 0 && read(ready[0], &c, 1) == 1;
+    close(ready[0]);
+    nanosleep(&(struct timespec){0, 300000000}, NULL); /* well inside the stage's 1 s stall */
+    if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+    /* A commit child outlives its killed parent by the rest of its stall. */
+    int state = 0;
+    for (int i = 0; i < 40 && (state = profile_state(dir, path)) == 0; i++) nanosleep(&(struct timespec){0, 100000000}, NULL);
+    if (stage == 4) nanosleep(&(struct timespec){1, 0}, NULL), state = profile_state(dir, path);
+    int want = stage < 4 ? 1 : 2;
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", stage > 1 ? " " : "", state);
+    wrong += !started || state != want;
+  }
+  T_CASE("rt_write_profile killed at each stage (opened, written, synced, named): the old file, then the whole "
+         "new one; no half file, no temporary")
+    T_CHECKF(wrong == 0, "states %s (1 old, 2 new, 0 neither or a temporary); want 1 1 1 2 2", got);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc == 3 && !strcmp(argv[1], "--stride")) stride = atol(argv[2]) > 0 ? atol(argv[2]) : 1;
@@ -432,7 +500,7 @@ int main(int argc, char **argv) {
     lose_device(s);
     hang(s, ncopy, nkernel);
     free(after_one);
-    if (stride == 1) profiles(s);
+    if (stride == 1) profiles(s), kill_profile(s);
   }
   if (handle) dlclose(handle);
   graph_free(graph);
