@@ -64,7 +64,8 @@ static int sampler_init(Sampler *sm, rt_Session *s) {
   }
   for (int t = 0; t < S->ntensors; t++)
     if (sm->data[t] && S->tensors[t].kind == KIND_PARAM &&
-        rt_read(s, S->tensors[t].name, S->tensors[t].dtype, S->tensors[t].rank, S->tensors[t].shape, sm->data[t], (size_t)S->tensors[t].bytes) != RT_OK)
+        rt_read(s, S->tensors[t].name, S->tensors[t].dtype, S->tensors[t].rank, S->tensors[t].shape, sm->data[t],
+                (size_t)S->tensors[t].bytes) != RT_OK)
       return -1;
   return 0;
 }

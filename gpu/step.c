@@ -219,8 +219,10 @@ int main(int argc, char **argv) {
       size_t at = (size_t)(rng_next() % (ntext - (size_t)T - 1));
       for (int64_t t = 0; t < T; t++) tok[b * T + t] = text[at + (size_t)t], tgt[b * T + t] = text[at + (size_t)t + 1];
     }
-    if ((rc = rt_write(s, tokens->name, tokens->dtype, tokens->rank, tokens->shape, tok, (size_t)tokens->bytes)) != RT_OK ||
-        (rc = rt_write(s, targets->name, targets->dtype, targets->rank, targets->shape, tgt, (size_t)targets->bytes)) != RT_OK) {
+    if ((rc = rt_write(s, tokens->name, tokens->dtype, tokens->rank, tokens->shape, tok, (size_t)tokens->bytes)) !=
+            RT_OK ||
+        (rc = rt_write(s, targets->name, targets->dtype, targets->rank, targets->shape, tgt,
+                       (size_t)targets->bytes)) != RT_OK) {
       printf("error write: %s\n", rt_error(s));
       return 1;
     }

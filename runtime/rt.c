@@ -279,7 +279,8 @@ static int check_compute_step(rt_Session *s, int i) {
                   c->tensors[c->op_io[o->io0 + k]].name);
   }
   if (st->workspace == -1 ? o->workspace > 0
-                          : !buffer_in(c, st->workspace, RT_SPACE_DEVICE) || c->buffers[st->workspace].workspace_of != st->op ||
+                          : !buffer_in(c, st->workspace, RT_SPACE_DEVICE) ||
+                                c->buffers[st->workspace].workspace_of != st->op ||
                                 c->buffers[st->workspace].bytes < o->workspace)
     return fail(s, RT_ESCHEDULE, "step %d (%s): bad workspace buffer", i, o->name);
   return RT_OK;

@@ -556,7 +556,8 @@ static int cpu_sync(void *ctx, char *err, size_t errlen) {
   lock(c);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D && rc == RT_OK; s++)
     while (rc == RT_OK && (atomic_load(&c->streams[s].count) > 0 || c->streams[s].busy))
-      if (!host_wait_until(c, has, &deadline)) rc = timed_out(c, s == RT_STREAM_D2H ? "the D2H stream" : "the H2D stream", err, errlen);
+      if (!host_wait_until(c, has, &deadline))
+        rc = timed_out(c, s == RT_STREAM_D2H ? "the D2H stream" : "the H2D stream", err, errlen);
   /* A hung kernel: nothing on the compute stream completes again. */
   while (rc == RT_OK && c->compute_hung)
     if (!host_wait_until(c, has, &deadline)) rc = timed_out(c, "the compute stream", err, errlen);

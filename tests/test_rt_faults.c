@@ -110,7 +110,8 @@ static size_t state_bytes(const rt_Schedule *s) {
 static int read_state(rt_Session *ss, const rt_Schedule *s, unsigned char *out) {
   for (int t = 0; t < s->ntensors; t++)
     if (s->tensors[t].kind == 1 || s->tensors[t].kind == 3) {
-      int rc = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, out, (size_t)s->tensors[t].bytes);
+      const rt_SchedTensor *x = &s->tensors[t];
+      int rc = rt_read(ss, x->name, x->dtype, x->rank, x->shape, out, (size_t)x->bytes);
       if (rc != RT_OK) return rc;
       out += s->tensors[t].bytes;
     }
@@ -177,8 +178,12 @@ static void fail_each(const rt_Schedule *s, int kind, long n, unsigned flags, co
     }
     rt_close(ss);
   }
-  const char *what = kind == RT_FAULT_COPY ? "copy" : kind == RT_FAULT_KERNEL ? "kernel" : "copy or kernel on its stream";
-  const char *whats = kind == RT_FAULT_COPY ? "copies" : kind == RT_FAULT_KERNEL ? "kernels" : "copies and kernels on their streams";
+  const char *what = kind == RT_FAULT_COPY     ? "copy"
+                     : kind == RT_FAULT_KERNEL ? "kernel"
+                                               : "copy or kernel on its stream";
+  const char *whats = kind == RT_FAULT_COPY     ? "copies"
+                      : kind == RT_FAULT_KERNEL ? "kernels"
+                                                : "copies and kernels on their streams";
   char name[200];
   snprintf(name, sizeof name, "each of %ld %s failing in turn%s: status, message, state kept, clean next step", n,
            whats, flags & RT_OPEN_ATOMIC ? " (RT_OPEN_ATOMIC)" : "");
@@ -356,7 +361,8 @@ static void hang(const rt_Schedule *s, long ncopy, long nkernel) {
       snprintf(msg, sizeof msg, "event %ld of %ld: status %d after %.3f s: %s", at[i], events, rc, took, rt_error(ss));
     t0 = seconds_now();
     rt_close(ss);
-    if (seconds_now() - t0 > 1 + clean && !bad++) snprintf(msg, sizeof msg, "event %ld: rt_close took %.3f s", at[i], seconds_now() - t0);
+    double closing = seconds_now() - t0;
+    if (closing > 1 + clean && !bad++) snprintf(msg, sizeof msg, "event %ld: rt_close took %.3f s", at[i], closing);
   }
   rt_fault_inject(0, 0, 0);
   T_CASE("a copy or kernel that never completes (first and last copy, first, middle and last kernel): RT_ETIMEOUT "
@@ -424,7 +430,8 @@ static void kill_profile(const rt_Schedule *s) {
     if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
     /* A commit child outlives its killed parent by the rest of its stall. */
     int state = 0;
-    for (int i = 0; i < 40 && (state = profile_state(dir, path)) == 0; i++) nanosleep(&(struct timespec){0, 100000000}, NULL);
+    for (int i = 0; i < 40 && (state = profile_state(dir, path)) == 0; i++)
+      nanosleep(&(struct timespec){0, 100000000}, NULL);
     if (stage == 4) nanosleep(&(struct timespec){1, 0}, NULL), state = profile_state(dir, path);
     int want = stage < 4 ? 1 : 2;
     snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", stage > 1 ? " " : "", state);

@@ -217,7 +217,8 @@ static void run(const rt_Schedule *s, unsigned delay_us, unsigned flags, int nst
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         v[i] = (int32_t)(x % 256);
       }
-      r->status = rt_write(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, v, (size_t)s->tensors[t].bytes);
+      r->status = rt_write(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, v,
+                           (size_t)s->tensors[t].bytes);
     }
     if (r->status == RT_OK) r->status = rt_step(ss);
     if (r->status == RT_OK) r->status = rt_read(ss, "loss", DT_F32, 1, (int64_t[]){1}, r->blob + step * 4, 4);
@@ -225,7 +226,8 @@ static void run(const rt_Schedule *s, unsigned delay_us, unsigned flags, int nst
   size_t at = (size_t)nsteps * 4;
   for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
     if (s->tensors[t].kind >= 1 && s->tensors[t].kind <= 3) {
-      r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, r->blob + at, (size_t)s->tensors[t].bytes);
+      r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape,
+                          r->blob + at, (size_t)s->tensors[t].bytes);
       at += (size_t)s->tensors[t].bytes;
     }
   rt_Stats st;

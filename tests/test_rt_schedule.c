@@ -59,7 +59,8 @@ static void expect_refused(Tally *t, const char *what, int want) {
   int rc = open_status(t->s, NULL, err, sizeof err, &leaked);
   t->tried++;
   if (rc == want && !leaked && err[0] && !strchr(err, '\n')) return;
-  if (!t->wrong++) snprintf(t->first, sizeof t->first, "%s: status %d (%s), session %s", what, rc, err, leaked ? "left" : "none");
+  if (!t->wrong++)
+    snprintf(t->first, sizeof t->first, "%s: status %d (%s), session %s", what, rc, err, leaked ? "left" : "none");
 }
 
 /* Field F (WIDTH 4 or 8 bytes) set to each of the N values in turn. */
@@ -324,7 +325,8 @@ static void shapes(void) {
                w_null == RT_EINVAL && strstr(rt_error(s), "f32 [2, 4]"),
                "%d %d %d %d %d: %s", w_swap, w_flat, w_deep, w_i32, w_null, rt_error(s));
     int w = rt_write(s, "x", 0, 2, good, data, sizeof data);
-    int r_swap = rt_read(s, "x", 0, 2, swapped, back, sizeof back), r_i32 = rt_read(s, "x", 3, 2, good, back, sizeof back);
+    int r_swap = rt_read(s, "x", 0, 2, swapped, back, sizeof back);
+    int r_i32 = rt_read(s, "x", 3, 2, good, back, sizeof back);
     int r = rt_read(s, "x", 0, 2, good, back, sizeof back);
     T_CASE("rt_write and rt_read of the schedule's own dtype and shape: the bytes round-trip; rt_read checks the same")
       T_CHECKF(w == RT_OK && r == RT_OK && !memcmp(data, back, sizeof data) && r_swap == RT_EINVAL && r_i32 == RT_EINVAL,

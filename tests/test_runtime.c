@@ -106,12 +106,14 @@ static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
     if (r->status == RT_OK) r->status = rt_step(ss);
     for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
       if (s->tensors[t].is_output && s->tensors[t].bytes == 4)
-        r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, r->blob + total + (size_t)step * 4, 4);
+        r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape,
+                            r->blob + total + (size_t)step * 4, 4);
   }
   size_t at = 0;
   for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
     if (s->tensors[t].kind >= 1 && s->tensors[t].kind <= 3) {
-      r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, r->blob + at, (size_t)s->tensors[t].bytes);
+      r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape,
+                          r->blob + at, (size_t)s->tensors[t].bytes);
       at += (size_t)s->tensors[t].bytes;
     }
   r->n = total + NSTEPS * sizeof(float);

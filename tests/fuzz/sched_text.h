@@ -18,6 +18,7 @@
 #include "../../runtime/ration.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ typedef struct SchedValue {
   int kind;      /* SV_*: a number, a string literal, 0 as a pointer, an identifier, RT_SCHED_LEN(x) */
   double num;    /* SV_NUM (integers exactly up to 2^53; int64 in inum) */
   int64_t inum;
+  bool fits;     /* SV_NUM: inum holds it (a double too large for int64 does not) */
   char *text;    /* SV_STR: the literal's bytes; SV_IDENT, SV_LEN: the name */
 } SchedValue;
 
@@ -156,9 +158,13 @@ static bool sched_value(Lexer *lx, SchedValue *v) {
   v->num = strtod(num, &e1);
   v->inum = strtoll(num, &e2, 10);
   if (e1 != num + k) return false;
-  if (e2 != num + k) v->inum = (int64_t)v->num;
+  bool integral = e2 == num + k;
+  /* A double in an integer field: C converts it, and so does this, when
+   * it fits (a cast of one that does not is undefined). */
+  v->fits = integral || fabs(v->num) < 9.2e18;
+  if (!integral && v->fits) v->inum = (int64_t)v->num;
   lx->p += k;
-  v->kind = v->inum == 0 && e2 == num + k ? SV_NULL : SV_NUM; /* 0 may stand for a pointer */
+  v->kind = v->inum == 0 && integral ? SV_NULL : SV_NUM; /* 0 may stand for a pointer */
   return true;
 }
 
@@ -226,7 +232,7 @@ static bool sched_int(const SchedValue *v, int64_t *out) {
                 {"RATION_SCHED_ABI", RATION_SCHED_ABI}};
   if (v->kind == SV_NUM || v->kind == SV_NULL) {
     *out = v->inum;
-    return true;
+    return v->fits;
   }
   for (size_t i = 0; v->kind == SV_IDENT && i < sizeof consts / sizeof *consts; i++)
     if (!strcmp(v->text, consts[i].name)) return *out = consts[i].value, true;
