@@ -174,20 +174,7 @@ int main(int argc, char **argv) {
   size_t ntext = fread(text, 1, sizeof text, f);
   fclose(f);
 
-  int enc = find_op_of_type("encoder") >= 0 ? find_op_of_type("encoder") : find_op_of_type("embedding");
-  int ce = find_op_of_type("crossentropy");
-  if (enc < 0 || ce < 0) {
-    fprintf(stderr, "train: schedule %s has no embedding or crossentropy op\n", S->name);
-    return 1;
-  }
-  const rt_SchedTensor *tokens = &S->tensors[op_in(enc, 0)], *targets = &S->tensors[op_in(ce, 1)];
-  const rt_SchedTensor *loss = &S->tensors[op_out(ce, 0)];
-  int64_t B = tokens->shape[0], T = tokens->shape[1];
-  if ((int64_t)ntext < T + 2) {
-    fprintf(stderr, "train: %s is too short\n", data_path);
-    return 1;
-  }
-
+  /* Opened first: rt_open checks every table before they are read here. */
   rt_Options opt = {.backend = RT_BACKEND_AUTO, .flags = profile ? RT_OPEN_PROFILE : 0u, .seed = seed,
                     .threads = threads, .graph = graph};
   rt_Session *s;
@@ -197,6 +184,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train: %s: %s\n", rt_status_name(rc), err);
     return 1;
   }
+  int enc = find_op_of_type("encoder") >= 0 ? find_op_of_type("encoder") : find_op_of_type("embedding");
+  int ce = find_op_of_type("crossentropy");
+  if (enc < 0 || ce < 0) {
+    fprintf(stderr, "train: schedule %s has no embedding or crossentropy op\n", S->name);
+    rt_close(s);
+    return 1;
+  }
+  const rt_SchedTensor *tokens = &S->tensors[op_in(enc, 0)], *targets = &S->tensors[op_in(ce, 1)];
+  const rt_SchedTensor *loss = &S->tensors[op_out(ce, 0)];
+  int64_t B = tokens->shape[0], T = tokens->shape[1];
+  if ((int64_t)ntext < T + 2) {
+    fprintf(stderr, "train: %s is too short\n", data_path);
+    rt_close(s);
+    return 1;
+  }
+
   rt_Stats st;
   rt_stats(s, &st);
   int64_t nparam = 0;
