@@ -145,13 +145,13 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build/fuzz
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_OBJ     := $(COMPILER_SRC:%.c=$(FUZZ_BUILD)/%.o)
-FUZZ_TARGETS := graph device plan pipeline
+FUZZ_OBJ     := $(COMPILER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(RUNTIME_SRC:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_TARGETS := graph device plan pipeline schedule
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 $(FUZZ_BUILD)/%.o: %.c compiler/ration.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(filter-out -Werror,$(WARN)) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/driver.c tests/fuzz/targets.h $(FUZZ_OBJ)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/driver.c tests/fuzz/targets.h tests/fuzz/sched_text.h $(FUZZ_OBJ)
 	$(FUZZ_CC) $(CPPFLAGS) $(filter-out -Werror,$(WARN)) $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_ONE=fuzz_$*_one \
 	  -o $@ $< $(FUZZ_OBJ) $(LDLIBS)
 # Keep the objects between runs (make would delete them as intermediates).

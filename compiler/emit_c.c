@@ -18,7 +18,7 @@
 static const char abi_block[] =
     "/* RATION-SCHED-ABI-BEGIN */\n"
     "#ifndef RATION_SCHED_ABI\n"
-    "#define RATION_SCHED_ABI 1\n"
+    "#define RATION_SCHED_ABI 2\n"
     "enum { RT_SCHED_MAX_RANK = 8 };\n"
     "enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };\n"
     "enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,\n"
@@ -68,6 +68,9 @@ static const char abi_block[] =
     "  const rt_SchedStep *steps;\n"
     "  const int32_t *step_io;\n"
     "  const int32_t *waits;\n"
+    "  /* ABI 2: the lengths of the flat tables, so that every index in them is\n"
+    "   * checked against the table it points into. */\n"
+    "  int32_t nop_io, nattrs, nstep_io, nwaits;\n"
     "} rt_Schedule;\n"
     "#endif\n"
     "/* RATION-SCHED-ABI-END */\n";
@@ -97,12 +100,21 @@ static void put_cstr(Buf *b, const char *s) {
   buf_printf(b, "\"");
 }
 
-/* Text inside a comment: no "*" followed by "/", printable ASCII only. */
+/* Text inside a block comment, whatever bytes S holds: printable ASCII
+ * only (anything else, newlines included, becomes '.'), a backslash becomes
+ * '/', and no two emitted characters pair up as the end of the comment
+ * ("*" "/"), a nested opening ("/" "*", which -Wcomment rejects) or the
+ * start of a trigraph ("??", which -std=c99 would turn "??/" into a line
+ * splice): the second of such a pair is written as '+' or '.'. */
 static void put_comment_text(Buf *b, const char *s) {
+  char prev = ' ';
   for (const char *c = s ? s : "(null)"; *c; c++) {
-    char ch = (*c >= 32 && *c < 127) ? *c : '?';
-    if (ch == '*' && c[1] == '/') ch = '+';
+    char ch = (*c >= 32 && *c < 127) ? *c : '.';
+    if (ch == '\\') ch = '/';
+    if ((prev == '*' && ch == '/') || (prev == '/' && ch == '*')) ch = '+';
+    else if (prev == '?' && ch == '?') ch = '.';
     buf_printf(b, "%c", ch);
+    prev = ch;
   }
 }
 
@@ -195,6 +207,13 @@ static void put_step_comment(Buf *b, const Plan *p, const Graph *g, int s) {
   buf_printf(b, " */\n");
 }
 
+/* A table's length in the schedule struct: its array's (an empty table's
+ * array holds one placeholder row and has length 0). */
+static void put_length(Buf *b, const char *table, int n) {
+  if (n > 0) buf_printf(b, "RT_SCHED_LEN(%s), ", table);
+  else buf_printf(b, "0, ");
+}
+
 int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err *e) {
   char ident[256], file[300];
   emit_c_ident(name, ident, sizeof ident);
@@ -211,7 +230,12 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   if (sync_derive(p, g, &sy, e) < 0) return -1;
   int rc = -1;
   put_provenance(out, p, g, file);
-  buf_printf(out, "#include \"%s.sched.h\"\n\n", name);
+  /* Self-contained: the ABI block and the entry point's prototype, not an
+   * #include of the header, whose name (OUT's) no escape could make safe
+   * in an #include line (it takes no escape sequences). */
+  buf_printf(out, "#include <stdint.h>\n\n%s\n", abi_block);
+  buf_printf(out, "const rt_Schedule *ration_schedule_%s(void);\n\n", ident);
+  buf_printf(out, "#define RT_SCHED_LEN(table) ((int32_t)(sizeof(table) / sizeof(table)[0]))\n\n");
 
   buf_printf(out, "/* name, dtype, kind, rank, is_output, shape, bytes */\n");
   buf_printf(out, "static const rt_SchedTensor tensors[%d] = {\n", g->ntensors);
@@ -354,8 +378,18 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   if (put_double(out, p->predicted.step_seconds, e, "the predicted step time") < 0) goto done;
   buf_printf(out, ",\n  %lld, %lld, %lld, %lld, %lld,\n", (long long)p->budget_bytes, (long long)p->arena_bytes,
              (long long)p->host_bytes, (long long)p->alignment, (long long)p->predicted.peak_live_bytes);
-  buf_printf(out, "  %d, %d, %d, %d, %d,\n", g->ntensors, p->nbuffers, g->nops, p->nsteps, sy.nevents);
-  buf_printf(out, "  tensors, buffers, ops, op_io, attrs, steps, step_io, waits\n};\n\n");
+  /* Every table's length is its array's, so that a hand edit that adds
+   * or drops rows cannot leave a count that overruns the table. */
+  buf_printf(out, "  ");
+  put_length(out, "tensors", g->ntensors);
+  put_length(out, "buffers", p->nbuffers);
+  put_length(out, "ops", g->nops);
+  put_length(out, "steps", p->nsteps);
+  buf_printf(out, "%d,\n  tensors, buffers, ops, op_io, attrs, steps, step_io, waits,\n  ", sy.nevents);
+  put_length(out, "op_io", nio);
+  put_length(out, "attrs", nattr);
+  put_length(out, "step_io", nsio);
+  buf_printf(out, "%s\n};\n\n", sy.nwaits > 0 ? "RT_SCHED_LEN(waits)" : "0");
   buf_printf(out, "const rt_Schedule *ration_schedule_%s(void) {\n  return &schedule;\n}\n", ident);
   rc = 0;
 done:

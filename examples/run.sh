@@ -49,7 +49,7 @@ case " $STRATEGIES " in *" offload-all "*) PROFILE=offload-all;; esac
 echo "== 2. measure op times and copies ($PROFILE schedule, 5 profiled steps)"
 $R plan $OUT/gpt2-tiny.json --device $DEV --strategy $PROFILE --budget 200% -o $OUT/profile >/dev/null
 build_trainer $OUT/profile $OUT/train-profile
-$OUT/train-profile --steps 5 --data $DATA --profile $OUT/gpt2-tiny.costs.json | tail -1
+$OUT/train-profile --steps 5 --data $DATA --graph $OUT/gpt2-tiny.json --profile $OUT/gpt2-tiny.costs.json | tail -1
 
 echo "== 3. plan at the midpoint budget ($STRATEGY)"
 keep=$($R info $OUT/gpt2-tiny.json --device $DEV | sed -n 's/^  keep-all .*(\([0-9]*\) bytes)$/\1/p')
@@ -82,4 +82,4 @@ echo "== 4. build the trainer against $OUT/gpt2-tiny.sched.c"
 build_trainer $OUT/gpt2-tiny $OUT/train
 
 echo "== 5. train $STEPS steps on $DATA"
-$OUT/train --steps "$STEPS" --data $DATA
+$OUT/train --steps "$STEPS" --data $DATA --graph $OUT/gpt2-tiny.json

@@ -8,7 +8,9 @@
  * Build: cc -DSCHED_HEADER='"NAME.sched.h"' -DSCHED_ENTRY=ration_schedule_NAME
  *        train.c NAME.sched.c libration.a -lm -lpthread
  * Run:   train [--steps N] [--threads N] [--data FILE] [--profile OUT.costs.json] [--seed S] [--sample BYTES]
- *        (--threads: the CPU backend's kernel threads, default every core)
+ *              [--graph GRAPH.json]
+ *        (--threads: the CPU backend's kernel threads, default every core; --graph: the graph the
+ *        schedule must have been planned from, by this libration's ration version)
  */
 #include SCHED_HEADER
 #include "kernels.h"
@@ -62,7 +64,8 @@ static int sampler_init(Sampler *sm, rt_Session *s) {
   }
   for (int t = 0; t < S->ntensors; t++)
     if (sm->data[t] && S->tensors[t].kind == KIND_PARAM &&
-        rt_read(s, S->tensors[t].name, sm->data[t], (size_t)S->tensors[t].bytes) != RT_OK)
+        rt_read(s, S->tensors[t].name, S->tensors[t].dtype, S->tensors[t].rank, S->tensors[t].shape, sm->data[t],
+                (size_t)S->tensors[t].bytes) != RT_OK)
       return -1;
   return 0;
 }
@@ -144,7 +147,7 @@ static void sample(rt_Session *s, const char *prompt, int n, double temperature)
 
 int main(int argc, char **argv) {
   int steps = 300, sample_len = 160, threads = 0;
-  const char *data_path = "/usr/share/common-licenses/GPL-3", *profile = NULL;
+  const char *data_path = "/usr/share/common-licenses/GPL-3", *profile = NULL, *graph = NULL;
   unsigned seed = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
@@ -153,9 +156,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "--sample") && i + 1 < argc) sample_len = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--graph") && i + 1 < argc) graph = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--steps N] [--threads N] [--data FILE] [--profile OUT] [--seed S] [--sample BYTES]\n",
-              argv[0]);
+      fprintf(stderr, "usage: %s [--steps N] [--threads N] [--data FILE] [--profile OUT] [--seed S] [--sample BYTES]"
+              " [--graph GRAPH.json]\n", argv[0]);
       return 2;
     }
   }
@@ -170,22 +174,9 @@ int main(int argc, char **argv) {
   size_t ntext = fread(text, 1, sizeof text, f);
   fclose(f);
 
-  int enc = find_op_of_type("encoder") >= 0 ? find_op_of_type("encoder") : find_op_of_type("embedding");
-  int ce = find_op_of_type("crossentropy");
-  if (enc < 0 || ce < 0) {
-    fprintf(stderr, "train: schedule %s has no embedding or crossentropy op\n", S->name);
-    return 1;
-  }
-  const rt_SchedTensor *tokens = &S->tensors[op_in(enc, 0)], *targets = &S->tensors[op_in(ce, 1)];
-  const rt_SchedTensor *loss = &S->tensors[op_out(ce, 0)];
-  int64_t B = tokens->shape[0], T = tokens->shape[1];
-  if ((int64_t)ntext < T + 2) {
-    fprintf(stderr, "train: %s is too short\n", data_path);
-    return 1;
-  }
-
+  /* Opened first: rt_open checks every table before they are read here. */
   rt_Options opt = {.backend = RT_BACKEND_AUTO, .flags = profile ? RT_OPEN_PROFILE : 0u, .seed = seed,
-                    .threads = threads};
+                    .threads = threads, .graph = graph};
   rt_Session *s;
   char err[512];
   int rc = rt_open(S, &opt, &s, err, sizeof err);
@@ -193,6 +184,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train: %s: %s\n", rt_status_name(rc), err);
     return 1;
   }
+  int enc = find_op_of_type("encoder") >= 0 ? find_op_of_type("encoder") : find_op_of_type("embedding");
+  int ce = find_op_of_type("crossentropy");
+  if (enc < 0 || ce < 0) {
+    fprintf(stderr, "train: schedule %s has no embedding or crossentropy op\n", S->name);
+    rt_close(s);
+    return 1;
+  }
+  const rt_SchedTensor *tokens = &S->tensors[op_in(enc, 0)], *targets = &S->tensors[op_in(ce, 1)];
+  const rt_SchedTensor *loss = &S->tensors[op_out(ce, 0)];
+  int64_t B = tokens->shape[0], T = tokens->shape[1];
+  if ((int64_t)ntext < T + 2) {
+    fprintf(stderr, "train: %s is too short\n", data_path);
+    rt_close(s);
+    return 1;
+  }
+
   rt_Stats st;
   rt_stats(s, &st);
   int64_t nparam = 0;
@@ -216,14 +223,14 @@ int main(int argc, char **argv) {
         tgt[b * T + t] = text[at + (size_t)t + 1];
       }
     }
-    if ((rc = rt_write(s, tokens->name, tok, (size_t)tokens->bytes)) != RT_OK ||
-        (rc = rt_write(s, targets->name, tgt, (size_t)targets->bytes)) != RT_OK ||
+    if ((rc = rt_write(s, tokens->name, RT_I32, 2, (int64_t[]){B, T}, tok, (size_t)tokens->bytes)) != RT_OK ||
+        (rc = rt_write(s, targets->name, RT_I32, 2, (int64_t[]){B, T}, tgt, (size_t)targets->bytes)) != RT_OK ||
         (rc = rt_step(s)) != RT_OK) {
       fprintf(stderr, "train: step %d: %s: %s\n", it, rt_status_name(rc), rt_error(s));
       return 1;
     }
     float l;
-    rt_read(s, loss->name, &l, sizeof l);
+    rt_read(s, loss->name, RT_F32, loss->rank, loss->shape, &l, sizeof l);
     if (it == 1) first_loss = l;
     if (it > steps - tail) tail_loss += l / tail;
     rt_stats(s, &st);

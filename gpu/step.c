@@ -219,8 +219,10 @@ int main(int argc, char **argv) {
       size_t at = (size_t)(rng_next() % (ntext - (size_t)T - 1));
       for (int64_t t = 0; t < T; t++) tok[b * T + t] = text[at + (size_t)t], tgt[b * T + t] = text[at + (size_t)t + 1];
     }
-    if ((rc = rt_write(s, tokens->name, tok, (size_t)tokens->bytes)) != RT_OK ||
-        (rc = rt_write(s, targets->name, tgt, (size_t)targets->bytes)) != RT_OK) {
+    if ((rc = rt_write(s, tokens->name, tokens->dtype, tokens->rank, tokens->shape, tok, (size_t)tokens->bytes)) !=
+            RT_OK ||
+        (rc = rt_write(s, targets->name, targets->dtype, targets->rank, targets->shape, tgt,
+                       (size_t)targets->bytes)) != RT_OK) {
       printf("error write: %s\n", rt_error(s));
       return 1;
     }
@@ -235,7 +237,7 @@ int main(int argc, char **argv) {
     }
     float l;
     uint32_t bits;
-    rt_read(s, loss->name, &l, sizeof l);
+    rt_read(s, loss->name, loss->dtype, loss->rank, loss->shape, &l, sizeof l);
     memcpy(&bits, &l, 4);
     rt_stats(s, &st);
     printf("loss %d %.6f 0x%08x %.3f ms\n", it, l, bits, 1e3 * st.step_seconds);
@@ -259,7 +261,7 @@ int main(int argc, char **argv) {
     const rt_SchedTensor *T_ = &S->tensors[t];
     if (T_->kind < 1 || T_->kind > 3) continue;
     unsigned char *buf = malloc((size_t)T_->bytes);
-    if (!buf || rt_read(s, T_->name, buf, (size_t)T_->bytes) != RT_OK) {
+    if (!buf || rt_read(s, T_->name, T_->dtype, T_->rank, T_->shape, buf, (size_t)T_->bytes) != RT_OK) {
       printf("error read %s\n", T_->name);
       return 1;
     }

@@ -16,7 +16,7 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 1
+#define RATION_SCHED_ABI 2
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
@@ -66,6 +66,9 @@ typedef struct rt_Schedule {
   const rt_SchedStep *steps;
   const int32_t *step_io;
   const int32_t *waits;
+  /* ABI 2: the lengths of the flat tables, so that every index in them is
+   * checked against the table it points into. */
+  int32_t nop_io, nattrs, nstep_io, nwaits;
 } rt_Schedule;
 #endif
 /* RATION-SCHED-ABI-END */
@@ -73,6 +76,11 @@ typedef struct rt_Schedule {
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The ration release this libration belongs to: a schedule emitted by
+ * another is stale (rt_Options.graph). The same as compiler/ration.h's,
+ * which the tests include beside this one (a difference does not compile). */
+#define RATION_VERSION "0.1.0"
 
 /* The input tensor that holds what the backend keeps on the device for the
  * whole run (the CUDA backend's status word and cuBLASLt workspace): the
@@ -88,7 +96,13 @@ typedef enum rt_Status {
   RT_EKERNEL = -4,   /* no kernel for an op type, or a kernel failed */
   RT_ESCHEDULE = -5, /* the schedule is malformed (wrong ABI, bad ids) */
   RT_EDEBUG = -6,    /* debug mode caught a read outside the plan's occupancy */
-  RT_EUNAVAIL = -7   /* the backend is not built in or has no device */
+  RT_EUNAVAIL = -7,  /* the backend is not built in or has no device */
+  RT_ELOST = -8,     /* the device was lost (or a fault left its context unusable): the
+                        session can only be closed */
+  RT_ETIMEOUT = -9,  /* a wait or synchronize outlasted rt_Options.timeout_ms (a step or copy
+                        that never completes): the session can only be closed */
+  RT_ESTALE = -10    /* the schedule was planned from another graph, or by another ration
+                        version, than rt_Options.graph and this libration */
 } rt_Status;
 
 typedef enum rt_BackendKind { RT_BACKEND_AUTO, RT_BACKEND_CPU, RT_BACKEND_CUDA } rt_BackendKind;
@@ -119,6 +133,12 @@ typedef struct rt_Options {
   int threads;            /* CPU backend: threads its kernels run on, the calling thread
                              included; 0 every core the process may run on. Losses, grads
                              and weights do not depend on it (the work is split by shape) */
+  const char *graph;      /* the ration-graph file the caller expects the schedule to be
+                             planned from, or NULL: rt_open fails with RT_ESTALE unless
+                             the file's sha256 is the schedule's and the schedule was
+                             emitted by this libration's ration version */
+  unsigned timeout_ms;    /* watchdog: a wait or synchronize still not done after this
+                             long fails with RT_ETIMEOUT; 0 waits for ever */
 } rt_Options;
 
 typedef struct rt_Session rt_Session;
@@ -151,13 +171,21 @@ void rt_close(rt_Session *s);
 const char *rt_error(const rt_Session *s);
 const char *rt_status_name(int status);
 
+/* The ration version this libration belongs to ("0.1.0"). */
+const char *rt_version(void);
+
 /* Tensor index by name, or -1. */
 int rt_tensor_index(const rt_Session *s, const char *name);
-/* Copies BYTES (the tensor's exact size) into or out of the tensor's
- * resident buffer. Only inputs, params, grads, optimizer state and graph
- * outputs have one; call between steps. */
-int rt_write(rt_Session *s, const char *tensor, const void *src, size_t bytes);
-int rt_read(rt_Session *s, const char *tensor, void *dst, size_t bytes);
+/* Copies the caller's tensor into or out of the named tensor's resident
+ * buffer. The caller says what its data is: DTYPE (the schedule's codes,
+ * rt_SchedTensor.dtype), RANK and SHAPE, and BYTES; all must be the
+ * schedule's tensor's exactly (RT_EINVAL otherwise, even when only the
+ * byte count matches). Only inputs, params, grads, optimizer state and
+ * graph outputs have a resident buffer; call between steps. */
+int rt_write(rt_Session *s, const char *tensor, int dtype, int rank, const int64_t *shape, const void *src,
+             size_t bytes);
+int rt_read(rt_Session *s, const char *tensor, int dtype, int rank, const int64_t *shape, void *dst,
+            size_t bytes);
 
 /* The schedule the session runs. */
 const rt_Schedule *rt_schedule(const rt_Session *s);
@@ -180,15 +208,35 @@ double rt_op_seconds(const rt_Session *s, int op);
  * "d2h_gbps" and "h2d_gbps" (medians of each step's bandwidth) and
  * "copy_compute_share" (the compute stream's seconds spent issuing copies
  * over the copies' seconds: on the CPU backend, how much of a copy's time
- * its thread takes from compute). Atomic: a temporary of its own next to
- * PATH, synced and renamed over it; on failure PATH is as it was. */
+ * its thread takes from compute). Atomic: an unnamed file next to PATH,
+ * synced, then named and renamed over it by a child process; on failure
+ * PATH is as it was, and a kill at any point leaves the old file or the
+ * whole new one and no temporary. */
 int rt_write_profile(rt_Session *s, const char *path);
 
-/* Fault injection for tests (Lua's ltests idea): from this call on, the
- * Nth allocation libration makes (tables, arenas, threads), the Nth copy of
- * a schedule (offload or prefetch) or the Nth kernel launch fails as the
- * system would make it fail; 0 never. Counts are process-wide and restart
- * at 0 with every call; rt_fault_inject(0, 0, 0) disarms. */
+/* Fault injection for tests (Lua's ltests idea): from the arming call on,
+ * the Nth event of a kind fails as the system would make it fail; 0 never.
+ * Counts are process-wide and restart at 0 when armed. */
+enum {
+  RT_FAULT_ALLOC,  /* an allocation libration makes (tables, arenas, threads) fails */
+  RT_FAULT_COPY,   /* a schedule copy (offload or prefetch) fails as it is issued */
+  RT_FAULT_KERNEL, /* a kernel launch fails as it is issued */
+  RT_FAULT_ASYNC,  /* a copy or kernel is accepted but fails on its stream: the error
+                      surfaces at a later wait or synchronize, as CUDA reports faults */
+  RT_FAULT_LOST,   /* at a backend call, the device is lost: that call and every later
+                      one fail with RT_ELOST */
+  RT_FAULT_HANG,   /* a copy or kernel never completes: only the watchdog
+                      (rt_Options.timeout_ms) ends the wait for it */
+  RT_FAULT_STALL,  /* rt_write_profile stops for a second at a stage of its write (the
+                      temporary opened, written, synced, linked): tests kill it there */
+  RT_FAULT_KINDS
+};
+/* Arms KIND to fail at its Nth event from now (0 disarms it). The CPU
+ * backend injects ASYNC, LOST and HANG; the others are backend-neutral. */
+void rt_fault_arm(int kind, long nth);
+/* Events of KIND counted since it was last armed. */
+long rt_fault_count(int kind);
+/* Disarms every kind, then arms the Nth allocation, copy and kernel launch. */
 void rt_fault_inject(long alloc_nth, long copy_nth, long kernel_nth);
 /* What was counted since the last rt_fault_inject (NULL to skip one). */
 void rt_fault_counts(long *allocs, long *copies, long *kernels);

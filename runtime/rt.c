@@ -7,16 +7,19 @@
  * mode every read is checked against that occupancy and every dying buffer
  * is filled with NaN so that a schedule bug shows as a wrong result.
  */
+#define _GNU_SOURCE /* O_TMPFILE, pipe2 */
 #include "rt_backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { ST_EMPTY, ST_PENDING, ST_VALID, ST_DEAD }; /* debug: a buffer's state within a step */
@@ -73,6 +76,8 @@ struct rt_Session {
   double kernel_cpu;   /* this step: the calling thread's CPU seconds inside kernels */
   rt_Stats stats; /* the last step's times */
   char err[512];
+  int dead;            /* RT_ELOST or RT_ETIMEOUT once the backend said so, else 0 */
+  char dead_why[512];  /* the message that killed the session */
 };
 
 static int prepare_snapshot(rt_Session *s, bool atomic);
@@ -97,7 +102,34 @@ static int fail(rt_Session *s, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(s->err, sizeof s->err, fmt, ap);
   va_end(ap);
+  /* One line, whatever bytes the schedule's names hold. */
+  for (char *c = s->err; *c; c++)
+    if ((unsigned char)*c < 32 || *c == 127) *c = '?';
   return status;
+}
+
+static const char *const dtype_names[] = {"f32", "bf16", "f16", "i32", "i64", "u8"};
+
+/* "f32 [2, 3]" into OUT; a dtype outside the table by its number. */
+static void describe(char *out, size_t n, int dtype, int rank, const int64_t *shape) {
+  int at = dtype >= RT_F32 && dtype <= RT_U8 ? snprintf(out, n, "%s [", dtype_names[dtype])
+                                              : snprintf(out, n, "dtype %d [", dtype);
+  for (int d = 0; d < rank && d < RT_MAX_RANK && shape && at > 0 && (size_t)at < n; d++)
+    at += snprintf(out + at, n - (size_t)at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at > 0 && (size_t)at < n) snprintf(out + at, n - (size_t)at, rank > RT_MAX_RANK || rank < 0 ? "...]" : "]");
+}
+
+/* A backend status RC: a lost device or a wait past the watchdog leaves
+ * work that may still run on the arenas, so the session is dead from then
+ * on (every call but rt_close fails the same way). */
+static int backend_failed(rt_Session *s, int rc) {
+  if ((rc == RT_ELOST || rc == RT_ETIMEOUT) && !s->dead) {
+    s->dead = rc;
+    snprintf(s->dead_why, sizeof s->dead_why, "%.*s; the session can only be closed", (int)sizeof s->dead_why - 40,
+             s->err);
+    snprintf(s->err, sizeof s->err, "%s", s->dead_why);
+  }
+  return rc;
 }
 
 const char *rt_status_name(int status) {
@@ -110,6 +142,9 @@ const char *rt_status_name(int status) {
   case RT_ESCHEDULE: return "malformed schedule";
   case RT_EDEBUG: return "debug check failed";
   case RT_EUNAVAIL: return "backend unavailable";
+  case RT_ELOST: return "device lost";
+  case RT_ETIMEOUT: return "timed out";
+  case RT_ESTALE: return "stale schedule";
   }
   return "unknown status";
 }
@@ -124,44 +159,138 @@ static const char *buffer_name(const rt_Session *s, int b) {
   return "(workspace)";
 }
 
-/* Every id in the tables is checked once here, so rt_step can trust them. */
-static int validate(rt_Session *s) {
+/* ------------------------------------------------------------ validation */
+
+/* [start, start + n) lies inside a table of LEN entries (int64: the sum of
+ * two int32 fields cannot wrap). */
+static bool span_ok(int64_t start, int64_t n, int64_t len) {
+  return start >= 0 && n >= 0 && start + n <= len;
+}
+
+static const char *or_unnamed(const char *name) {
+  return name ? name : "?";
+}
+
+static const int rt_dtype_bytes[] = {4, 2, 2, 4, 8, 1}; /* RT_F32 .. RT_U8 */
+
+/* The schedule's header: ABI first (an older struct is shorter: nothing
+ * past abi is read before it matches), then the strings, every count and
+ * table length, every table present, arenas in range. */
+static int check_header(rt_Session *s) {
   const rt_Schedule *c = s->sc;
   if (c->abi != RATION_SCHED_ABI)
-    return fail(s, RT_ESCHEDULE, "schedule ABI %d, this libration reads %d", (int)c->abi, RATION_SCHED_ABI);
-  if (c->ntensors < 0 || c->nbuffers < 0 || c->nops < 0 || c->nsteps < 0 || c->nevents < 0 || !c->tensors ||
-      !c->buffers || !c->ops || !c->steps || !c->op_io || !c->step_io || !c->waits || !c->attrs)
-    return fail(s, RT_ESCHEDULE, "schedule %s: missing tables", c->name ? c->name : "?");
+    return fail(s, RT_ESCHEDULE, "schedule ABI %d, this libration reads %d: plan it again with ration %s",
+                (int)c->abi, RATION_SCHED_ABI, RATION_VERSION);
+  const char *name = or_unnamed(c->name);
+  if (!c->name || !c->ration_version || !c->graph_name || !c->graph_sha256 || !c->device || !c->strategy ||
+      !c->solver_status)
+    return fail(s, RT_ESCHEDULE, "schedule %s: a provenance string is missing", name);
+  /* Each event marks a step: no more events than steps. */
+  if (c->ntensors < 0 || c->nbuffers < 0 || c->nops < 0 || c->nsteps < 0 || c->nevents < 0 || c->nop_io < 0 ||
+      c->nattrs < 0 || c->nstep_io < 0 || c->nwaits < 0 || c->nevents > c->nsteps)
+    return fail(s, RT_ESCHEDULE, "schedule %s: a negative count or table length, or more events than steps", name);
+  if (!c->tensors || !c->buffers || !c->ops || !c->steps || !c->op_io || !c->step_io || !c->waits || !c->attrs)
+    return fail(s, RT_ESCHEDULE, "schedule %s: missing tables", name);
   /* Arena sizes are rounded up to the alignment, so they stay well inside int64. */
   if (c->arena_bytes < 0 || c->host_bytes < 0 || c->arena_bytes > (INT64_C(1) << 60) || c->host_bytes > (INT64_C(1) << 60))
-    return fail(s, RT_ESCHEDULE, "schedule %s: arena of %lld bytes or host arena of %lld bytes out of range",
-                c->name ? c->name : "?", (long long)c->arena_bytes, (long long)c->host_bytes);
+    return fail(s, RT_ESCHEDULE, "schedule %s: arena of %lld bytes or host arena of %lld bytes out of range", name,
+                (long long)c->arena_bytes, (long long)c->host_bytes);
+  return RT_OK;
+}
+
+/* A tensor's bytes are its shape's elements times its dtype's size: the
+ * kernels size their loops by the shape, the buffers by the bytes. */
+static int check_tensors(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
   for (int i = 0; i < c->ntensors; i++) {
     const rt_SchedTensor *t = &c->tensors[i];
-    if (!t->name || t->dtype < RT_F32 || t->dtype > RT_U8 || t->rank < 0 || t->rank > RT_MAX_RANK)
-      return fail(s, RT_ESCHEDULE, "tensor %d: bad name, dtype or rank", i);
+    if (!t->name || t->dtype < RT_F32 || t->dtype > RT_U8 || t->kind < 0 || t->kind > 4 || t->rank < 0 ||
+        t->rank > RT_MAX_RANK || (t->is_output != 0 && t->is_output != 1))
+      return fail(s, RT_ESCHEDULE, "tensor %d: bad name, dtype, kind, rank or output flag", i);
+    int64_t bytes = rt_dtype_bytes[t->dtype];
+    for (int d = 0; d < t->rank; d++)
+      if (t->shape[d] < 1 || t->shape[d] > (INT64_C(1) << 60) / bytes)
+        return fail(s, RT_ESCHEDULE, "tensor %d (%s): dimension %d is %lld", i, t->name, d, (long long)t->shape[d]);
+      else
+        bytes *= t->shape[d];
+    for (int d = t->rank; d < RT_MAX_RANK; d++)
+      if (t->shape[d] != 0) return fail(s, RT_ESCHEDULE, "tensor %d (%s): a dimension past its rank", i, t->name);
+    if (bytes != t->bytes)
+      return fail(s, RT_ESCHEDULE, "tensor %d (%s): %lld bytes, its shape and dtype make %lld", i, t->name,
+                  (long long)t->bytes, (long long)bytes);
   }
+  return RT_OK;
+}
+
+static int check_buffers(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
   for (int i = 0; i < c->nbuffers; i++) {
     const rt_SchedBuffer *b = &c->buffers[i];
     int64_t cap = b->space == RT_SPACE_HOST ? c->host_bytes : c->arena_bytes;
-    if (b->tensor < -1 || b->tensor >= c->ntensors || (b->space != RT_SPACE_DEVICE && b->space != RT_SPACE_HOST) ||
-        b->bytes < 0 || b->offset < 0 || b->offset > cap - b->bytes)
-      return fail(s, RT_ESCHEDULE, "buffer %d: bad tensor, space or byte range", i);
+    /* A buffer holds a tensor or is an op's workspace, never both. */
+    if (b->tensor < -1 || b->tensor >= c->ntensors || b->workspace_of < -1 || b->workspace_of >= c->nops ||
+        (b->tensor >= 0) == (b->workspace_of >= 0) ||
+        (b->space != RT_SPACE_DEVICE && b->space != RT_SPACE_HOST) || b->bytes < 0 || b->offset < 0 ||
+        b->offset > cap - b->bytes)
+      return fail(s, RT_ESCHEDULE, "buffer %d: bad tensor, workspace op, space or byte range", i);
     if (b->tensor >= 0 && b->bytes != c->tensors[b->tensor].bytes)
       return fail(s, RT_ESCHEDULE, "buffer %d: %lld bytes for tensor %s of %lld", i, (long long)b->bytes,
                   c->tensors[b->tensor].name, (long long)c->tensors[b->tensor].bytes);
   }
+  return RT_OK;
+}
+
+static int check_ops(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
   for (int i = 0; i < c->nops; i++) {
     const rt_SchedOp *o = &c->ops[i];
-    if (!o->name || !o->type || o->nin < 0 || o->nout < 0 || o->io0 < 0 || o->nattr < 0 || o->attr0 < 0)
-      return fail(s, RT_ESCHEDULE, "op %d: bad entry", i);
+    if (!o->name || !o->type || o->phase < 0 || o->phase > 2 || o->workspace < 0 ||
+        !span_ok(o->io0, (int64_t)o->nin + o->nout, c->nop_io) || o->nin < 0 || o->nout < 0 ||
+        !span_ok(o->attr0, o->nattr, c->nattrs))
+      return fail(s, RT_ESCHEDULE, "op %d (%s): bad phase, workspace, operands or attributes", i,
+                  or_unnamed(o->name));
     for (int k = 0; k < o->nin + o->nout; k++)
       if (c->op_io[o->io0 + k] < 0 || c->op_io[o->io0 + k] >= c->ntensors)
         return fail(s, RT_ESCHEDULE, "op %s: bad tensor id", o->name);
+    for (int k = 0; k < o->nattr; k++)
+      if (!c->attrs[o->attr0 + k].key) return fail(s, RT_ESCHEDULE, "op %s: attribute %d has no key", o->name, k);
   }
+  return RT_OK;
+}
+
+/* Buffer B exists and lies in SPACE. */
+static bool buffer_in(const rt_Schedule *c, int b, int space) {
+  return b >= 0 && b < c->nbuffers && c->buffers[b].space == space;
+}
+
+static int check_compute_step(rt_Session *s, int i) {
+  const rt_Schedule *c = s->sc;
+  const rt_SchedStep *st = &c->steps[i];
+  if (st->op < 0 || st->op >= c->nops || st->stream != RT_STREAM_COMPUTE || (st->recompute != 0 && st->recompute != 1) ||
+      st->from != -1 || st->to != -1)
+    return fail(s, RT_ESCHEDULE, "step %d: bad compute step", i);
+  const rt_SchedOp *o = &c->ops[st->op];
+  if (!span_ok(st->io0, (int64_t)o->nin + o->nout, c->nstep_io))
+    return fail(s, RT_ESCHEDULE, "step %d (%s): operands outside step_io", i, o->name);
+  for (int k = 0; k < o->nin + o->nout; k++) {
+    int b = c->step_io[st->io0 + k];
+    if (!buffer_in(c, b, RT_SPACE_DEVICE) || c->buffers[b].tensor != c->op_io[o->io0 + k])
+      return fail(s, RT_ESCHEDULE, "step %d (%s): operand %d is not a device buffer of %s", i, o->name, k,
+                  c->tensors[c->op_io[o->io0 + k]].name);
+  }
+  if (st->workspace == -1 ? o->workspace > 0
+                          : !buffer_in(c, st->workspace, RT_SPACE_DEVICE) ||
+                                c->buffers[st->workspace].workspace_of != st->op ||
+                                c->buffers[st->workspace].bytes < o->workspace)
+    return fail(s, RT_ESCHEDULE, "step %d (%s): bad workspace buffer", i, o->name);
+  return RT_OK;
+}
+
+static int check_steps(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
   for (int i = 0; i < c->nsteps; i++) {
     const rt_SchedStep *st = &c->steps[i];
-    if (st->stream < RT_STREAM_COMPUTE || st->stream > RT_STREAM_H2D || st->nwait < 0 || st->wait0 < 0 ||
+    if (st->stream < RT_STREAM_COMPUTE || st->stream > RT_STREAM_H2D || !span_ok(st->wait0, st->nwait, c->nwaits) ||
         st->event < -1 || st->event >= c->nevents)
       return fail(s, RT_ESCHEDULE, "step %d: bad stream, waits or event", i);
     for (int k = 0; k < st->nwait; k++) {
@@ -169,40 +298,61 @@ static int validate(rt_Session *s) {
       if (w < 0 || w >= i || c->steps[w].event < 0)
         return fail(s, RT_ESCHEDULE, "step %d: waits for step %d, which is not an earlier recorded step", i, w);
     }
+    int rc = RT_OK;
+    /* What only compute steps use is -1 (0) on the others. */
+    if (st->kind != RT_STEP_COMPUTE && (st->op != -1 || st->recompute != 0 || st->io0 != -1 || st->workspace != -1))
+      return fail(s, RT_ESCHEDULE, "step %d: a copy or wait step with compute fields", i);
     switch (st->kind) {
-    case RT_STEP_COMPUTE: {
-      if (st->op < 0 || st->op >= c->nops || st->io0 < 0 || st->stream != RT_STREAM_COMPUTE)
-        return fail(s, RT_ESCHEDULE, "step %d: bad compute step", i);
-      const rt_SchedOp *o = &c->ops[st->op];
-      for (int k = 0; k < o->nin + o->nout; k++) {
-        int b = c->step_io[st->io0 + k];
-        if (b < 0 || b >= c->nbuffers || c->buffers[b].space != RT_SPACE_DEVICE ||
-            c->buffers[b].tensor != c->op_io[o->io0 + k])
-          return fail(s, RT_ESCHEDULE, "step %d (%s): operand %d is not a device buffer of %s", i, o->name, k,
-                      c->tensors[c->op_io[o->io0 + k]].name);
-      }
-      if (st->workspace >= c->nbuffers || (st->workspace >= 0 && c->buffers[st->workspace].space != RT_SPACE_DEVICE))
-        return fail(s, RT_ESCHEDULE, "step %d: bad workspace buffer", i);
-      break;
-    }
+    case RT_STEP_COMPUTE: rc = check_compute_step(s, i); break;
     case RT_STEP_OFFLOAD:
     case RT_STEP_PREFETCH: {
-      int src = st->kind == RT_STEP_OFFLOAD ? RT_SPACE_DEVICE : RT_SPACE_HOST;
-      if (st->from < 0 || st->from >= c->nbuffers || st->to < 0 || st->to >= c->nbuffers ||
-          c->buffers[st->from].space != src || c->buffers[st->to].space == src ||
+      bool off = st->kind == RT_STEP_OFFLOAD;
+      int src = off ? RT_SPACE_DEVICE : RT_SPACE_HOST, dst = off ? RT_SPACE_HOST : RT_SPACE_DEVICE;
+      if (!buffer_in(c, st->from, src) || !buffer_in(c, st->to, dst) ||
           c->buffers[st->from].bytes != c->buffers[st->to].bytes)
-        return fail(s, RT_ESCHEDULE, "step %d: bad copy", i);
+        rc = fail(s, RT_ESCHEDULE, "step %d: bad copy", i);
       break;
     }
     case RT_STEP_OFFLOAD_WAIT:
-      if (st->from < 0 || st->from >= c->nbuffers) return fail(s, RT_ESCHEDULE, "step %d: bad offload_wait", i);
+      if (st->from < 0 || st->from >= c->nbuffers || st->to < -1 || st->to >= c->nbuffers)
+        rc = fail(s, RT_ESCHEDULE, "step %d: bad offload_wait", i);
       break;
     case RT_STEP_PREFETCH_WAIT:
-      if (st->to < 0 || st->to >= c->nbuffers) return fail(s, RT_ESCHEDULE, "step %d: bad prefetch_wait", i);
+      if (st->to < 0 || st->to >= c->nbuffers || st->from < -1 || st->from >= c->nbuffers)
+        rc = fail(s, RT_ESCHEDULE, "step %d: bad prefetch_wait", i);
       break;
-    default: return fail(s, RT_ESCHEDULE, "step %d: unknown kind %d", i, (int)st->kind);
+    default: rc = fail(s, RT_ESCHEDULE, "step %d: unknown kind %d", i, (int)st->kind);
     }
+    if (rc != RT_OK) return rc;
   }
+  return RT_OK;
+}
+
+/* Every id and count in the tables is checked once here, against the
+ * lengths the schedule gives its tables, so rt_step can trust them. */
+static int validate(rt_Session *s) {
+  int rc = check_header(s);
+  if (rc == RT_OK) rc = check_tensors(s);
+  if (rc == RT_OK) rc = check_buffers(s);
+  if (rc == RT_OK) rc = check_ops(s);
+  if (rc == RT_OK) rc = check_steps(s);
+  return rc;
+}
+
+/* With rt_Options.graph: the schedule was planned from that file, by this
+ * libration's ration version. */
+static int check_fresh(rt_Session *s, const char *graph) {
+  const rt_Schedule *c = s->sc;
+  if (!graph) return RT_OK;
+  if (strcmp(c->ration_version, RATION_VERSION))
+    return fail(s, RT_ESTALE, "schedule %s was emitted by ration %.40s, this libration is %s: plan it again",
+                c->name, c->ration_version, RATION_VERSION);
+  char hex[65];
+  if (rt_sha256_file(graph, hex) != 0)
+    return fail(s, RT_EINVAL, "%s: cannot read the expected graph: %s", graph, strerror(errno));
+  if (strcmp(hex, c->graph_sha256))
+    return fail(s, RT_ESTALE, "schedule %s was planned from graph sha256 %.64s, %s has %s: plan it again", c->name,
+                c->graph_sha256, graph, hex);
   return RT_OK;
 }
 
@@ -387,7 +537,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
     return RT_ENOMEM;
   }
   int rc = RT_OK;
-  rt_Options o = {RT_BACKEND_AUTO, 0, 1, 0, 0};
+  rt_Options o = {.backend = RT_BACKEND_AUTO, .seed = 1};
   if (opt) o = *opt;
   const char *dbg = getenv("RATION_DEBUG");
   if (dbg && !strcmp(dbg, "1")) o.flags |= RT_OPEN_DEBUG;
@@ -400,7 +550,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
     rc = fail(s, RT_EINVAL, "no schedule");
     goto done;
   }
-  if ((rc = validate(s)) != RT_OK) goto done;
+  if ((rc = validate(s)) != RT_OK || (rc = check_fresh(s, o.graph)) != RT_OK) goto done;
   char berr[256] = "";
   if (o.backend == RT_BACKEND_CPU) {
     s->be = &rt_backend_cpu;
@@ -443,6 +593,7 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   }
   s->dev = dev;
   s->host = host;
+  if (s->be->set_timeout) s->be->set_timeout(s->ctx, o.timeout_ms);
   if ((rc = give_runtime_bytes(s)) != RT_OK) goto done;
   if (s->be == &rt_backend_cpu &&
       (rc = rt_cpu_configure(s->ctx, o.threads, (o.flags & RT_OPEN_REFERENCE) != 0, s->err, sizeof s->err)) != RT_OK)
@@ -508,30 +659,50 @@ int rt_tensor_index(const rt_Session *s, const char *name) {
   return -1;
 }
 
-static int resident_buffer(rt_Session *s, const char *tensor, size_t bytes, int *b) {
+const char *rt_version(void) {
+  return RATION_VERSION;
+}
+
+/* The caller's tensor (DTYPE, RANK, SHAPE, BYTES) is exactly the schedule's
+ * TENSOR, which has a buffer that lives across steps: *b. */
+static int resident_buffer(rt_Session *s, const char *tensor, int dtype, int rank, const int64_t *shape,
+                           size_t bytes, int *b) {
   if (!s) return RT_EINVAL;
+  if (s->dead) return fail(s, s->dead, "%s", s->dead_why);
   int t = rt_tensor_index(s, tensor);
   if (t < 0) return fail(s, RT_EINVAL, "no tensor '%s' in schedule %s", tensor ? tensor : "(null)", s->sc->name);
+  const rt_SchedTensor *T = &s->sc->tensors[t];
   if (s->home[t] < 0)
     return fail(s, RT_EINVAL, "tensor '%s' has no buffer that lives across steps (not an input, param, grad, "
                 "optimizer state or graph output)", tensor);
-  if ((int64_t)bytes != s->sc->tensors[t].bytes)
-    return fail(s, RT_EINVAL, "tensor '%s' has %lld bytes, not %zu", tensor, (long long)s->sc->tensors[t].bytes,
-                bytes);
+  if ((int64_t)bytes != T->bytes)
+    return fail(s, RT_EINVAL, "tensor '%s' has %lld bytes, not %zu", tensor, (long long)T->bytes, bytes);
+  bool same = dtype == T->dtype && rank == T->rank && (rank == 0 || shape);
+  for (int d = 0; same && d < rank; d++) same = shape[d] == T->shape[d];
+  if (!same) {
+    char want[200], got[200];
+    describe(want, sizeof want, T->dtype, T->rank, T->shape);
+    describe(got, sizeof got, dtype, rank, shape);
+    return fail(s, RT_EINVAL, "tensor '%s' is %s, not %s", tensor, want, got);
+  }
   *b = s->home[t];
   return RT_OK;
 }
 
-int rt_write(rt_Session *s, const char *tensor, const void *src, size_t bytes) {
-  int b, rc = resident_buffer(s, tensor, bytes, &b);
+int rt_write(rt_Session *s, const char *tensor, int dtype, int rank, const int64_t *shape, const void *src,
+             size_t bytes) {
+  int b, rc = resident_buffer(s, tensor, dtype, rank, shape, bytes, &b);
   if (rc != RT_OK) return rc;
-  return s->be->upload(s->ctx, s->dev + s->sc->buffers[b].offset, src, (int64_t)bytes, s->err, sizeof s->err);
+  rc = s->be->upload(s->ctx, s->dev + s->sc->buffers[b].offset, src, (int64_t)bytes, s->err, sizeof s->err);
+  return backend_failed(s, rc);
 }
 
-int rt_read(rt_Session *s, const char *tensor, void *dst, size_t bytes) {
-  int b, rc = resident_buffer(s, tensor, bytes, &b);
+int rt_read(rt_Session *s, const char *tensor, int dtype, int rank, const int64_t *shape, void *dst,
+            size_t bytes) {
+  int b, rc = resident_buffer(s, tensor, dtype, rank, shape, bytes, &b);
   if (rc != RT_OK) return rc;
-  return s->be->download(s->ctx, dst, s->dev + s->sc->buffers[b].offset, (int64_t)bytes, s->err, sizeof s->err);
+  rc = s->be->download(s->ctx, dst, s->dev + s->sc->buffers[b].offset, (int64_t)bytes, s->err, sizeof s->err);
+  return backend_failed(s, rc);
 }
 
 static unsigned char *buffer_ptr(const rt_Session *s, int b) {
@@ -772,6 +943,7 @@ static void record_copies(rt_Session *s, double issue, bool ok) {
 
 int rt_step(rt_Session *s) {
   if (!s) return RT_EINVAL;
+  if (s->dead) return fail(s, s->dead, "%s", s->dead_why);
   const rt_Schedule *c = s->sc;
   s->err[0] = '\0';
   s->nrun++;
@@ -787,9 +959,15 @@ int rt_step(rt_Session *s) {
   if (rc == RT_OK && be->span) rc = be->span(s->ctx, true, s->err, sizeof s->err);
   double t1 = now_seconds();
   char serr[256];
-  int src = be->sync(s->ctx, serr, sizeof serr);
+  /* After a lost device or a timeout nothing more is waited for. */
+  bool dead = rc == RT_ELOST || rc == RT_ETIMEOUT;
+  int src = dead ? RT_OK : be->sync(s->ctx, serr, sizeof serr);
   double t2 = now_seconds(), c2 = thread_cpu_seconds();
   if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
+  if (rc == RT_ELOST || rc == RT_ETIMEOUT) {
+    s->nrun--;
+    return backend_failed(s, rc);
+  }
   double span = rc == RT_OK && be->span ? be->span_seconds(s->ctx) : -1;
   if (rc == RT_OK && s->profile && s->be->mark)
     for (int i = 0; i < c->nsteps; i++)
@@ -880,36 +1058,8 @@ static void json_str(FILE *f, const char *x) {
   fputc('"', f);
 }
 
-/* A file of its own next to PATH: PATH.tmp.PID.N, N counting the session's
- * process-wide attempts, so two writers never share a temporary. */
-static FILE *open_temp(const char *path, char *tmp, size_t len) {
-  static atomic_uint serial;
-  for (int attempt = 0; attempt < 100; attempt++) {
-    unsigned n = atomic_fetch_add(&serial, 1u);
-    if ((size_t)snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), n) >= len) return NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      FILE *f = fdopen(fd, "w");
-      if (!f) {
-        close(fd);
-        unlink(tmp);
-      }
-      return f;
-    }
-    if (errno != EEXIST) return NULL;
-  }
-  return NULL;
-}
-
-/* Written to a temporary, synced, then renamed over PATH: a reader sees the
- * old file or the whole new one, never half of it; on failure the
- * temporary is removed and PATH is as it was. */
-int rt_write_profile(rt_Session *s, const char *path) {
-  if (!s || !path) return RT_EINVAL;
-  if (s->nrun == 0) return fail(s, RT_EINVAL, "no step has run: nothing to profile");
-  char tmp[4096];
-  FILE *f = open_temp(path, tmp, sizeof tmp);
-  if (!f) return fail(s, RT_EINVAL, "%s: cannot write: %s", path, strerror(errno));
+/* The profile's text, into a memory stream. */
+static void put_profile(rt_Session *s, FILE *f) {
   fprintf(f, "{\"format\": \"ration-costs/1\", \"schedule\": ");
   json_str(f, s->sc->name);
   fprintf(f, ", \"backend\": ");
@@ -933,14 +1083,116 @@ int rt_write_profile(rt_Session *s, const char *path) {
     if (v >= 0) fprintf(f, ",\n \"%s\": %.4f", keys[k], v);
   }
   fprintf(f, "\n}\n");
-  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-  int saved = errno;
-  if (fclose(f) != 0 && !bad) bad = 1, saved = errno;
-  if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
-  if (bad) {
-    unlink(tmp);
-    return fail(s, RT_EINVAL, "%s: write failed: %s", path, strerror(saved));
+}
+
+/* RT_FAULT_STALL: a stage of the write where a test kills the process. */
+static void stall_point(void) {
+  if (rt_fault_hit(RT_FAULT_STALL)) nanosleep(&(struct timespec){1, 0}, NULL);
+}
+
+/* PATH.tmp.PID.N, N counting the process's attempts, so two writers never
+ * share a temporary. */
+static bool temp_name(const char *path, char *tmp, size_t len) {
+  static atomic_uint serial;
+  return (size_t)snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1u)) < len;
+}
+
+/* An unnamed file in PATH's directory (O_TMPFILE: a process killed before
+ * it is linked leaves nothing), or where the file system has none, the
+ * named temporary TMP (*named set). */
+static int open_unnamed(const char *path, char *tmp, size_t len, bool *named) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  size_t n = slash && slash > path ? (size_t)(slash - path) : 1; /* "/x": the root; "x": "." */
+  *named = false;
+  if (n >= sizeof dir || !temp_name(path, tmp, len)) return errno = ENAMETOOLONG, -1;
+  memcpy(dir, slash ? path : ".", n);
+  dir[n] = '\0';
+  int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  *named = true;
+  return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+}
+
+/* Names the unnamed file FD as TMP (unless NAMED already), then renames TMP
+ * over PATH; on failure TMP is gone. Only calls safe in a forked child.
+ * Returns 0 or an errno. */
+static int commit_profile(int fd, bool named, const char *tmp, const char *path) {
+  char proc[64] = "/proc/self/fd/";
+  int k = 14, digits[12], nd = 0;
+  for (int v = fd; nd == 0 || v > 0; v /= 10) digits[nd++] = v % 10;
+  while (nd > 0) proc[k++] = (char)('0' + digits[--nd]);
+  proc[k] = '\0';
+  if (!named && linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) return errno;
+  stall_point();
+  int rc = rename(tmp, path) == 0 ? 0 : errno;
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+/* The commit in a child that ignores the terminal's signals: a kill of the
+ * caller between naming the file and renaming it cannot leave the named
+ * temporary behind. Without a child (fork failed) it runs here. */
+static int commit_in_child(int fd, bool named, const char *tmp, const char *path) {
+  int pipefd[2] = {-1, -1};
+  pid_t pid = pipe2(pipefd, O_CLOEXEC) == 0 ? fork() : -1;
+  if (pid < 0) {
+    if (pipefd[0] >= 0) close(pipefd[0]), close(pipefd[1]);
+    return commit_profile(fd, named, tmp, path);
   }
+  if (pid == 0) {
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    int rc = commit_profile(fd, named, tmp, path);
+    _exit(write(pipefd[1], &rc, sizeof rc) == sizeof rc ? 0 : 1);
+  }
+  close(pipefd[1]);
+  int rc = EIO, status;
+  ssize_t got;
+  do got = read(pipefd[0], &rc, sizeof rc);
+  while (got < 0 && errno == EINTR);
+  close(pipefd[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) continue;
+  if (got != sizeof rc) rc = EIO, unlink(tmp);
+  return rc;
+}
+
+/* Written to an unnamed file in PATH's directory, synced, then named and
+ * renamed over PATH by a child process: a reader sees the old file or the
+ * whole new one, never half of it, and a kill at any point leaves no
+ * temporary (tests/test_rt_faults.c kills it at each stage). On failure
+ * PATH is as it was. */
+int rt_write_profile(rt_Session *s, const char *path) {
+  if (!s || !path) return RT_EINVAL;
+  if (s->nrun == 0) return fail(s, RT_EINVAL, "no step has run: nothing to profile");
+  char *text = NULL, tmp[4200];
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  if (!mem) return fail(s, RT_ENOMEM, "out of memory");
+  put_profile(s, mem);
+  if (fclose(mem) != 0) {
+    free(text);
+    return fail(s, RT_ENOMEM, "out of memory");
+  }
+  bool named;
+  int fd = open_unnamed(path, tmp, sizeof tmp, &named), err = 0;
+  if (fd < 0) err = errno;
+  stall_point(); /* the file open */
+  for (size_t at = 0; !err && at < len;) {
+    ssize_t n = write(fd, text + at, len - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) err = n < 0 ? errno : EIO;
+    else at += (size_t)n;
+  }
+  free(text);
+  if (!err) stall_point(); /* written */
+  if (!err && fsync(fd) != 0) err = errno;
+  if (!err) stall_point(); /* synced */
+  if (!err) err = commit_in_child(fd, named, tmp, path);
+  else if (named) unlink(tmp);
+  if (fd >= 0) close(fd);
+  if (err) return fail(s, RT_EINVAL, "%s: write failed: %s", path, strerror(err));
   return RT_OK;
 }
 

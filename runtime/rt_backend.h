@@ -61,14 +61,22 @@ typedef struct rt_Backend {
   /* The arena bytes the plan set aside for the backend itself (the tensor
    * RT_RUNTIME_TENSOR), before anything runs (NULL: it needs none). */
   int (*set_runtime)(void *ctx, void *bytes, int64_t n, char *err, size_t errlen);
+  /* The watchdog (rt_Options.timeout_ms): a wait or synchronize still not
+   * done after MS fails with RT_ETIMEOUT (0: never). A lost device fails
+   * every call with RT_ELOST. */
+  void (*set_timeout)(void *ctx, unsigned ms);
 } rt_Backend;
 
-/* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND and
- * says whether it is the one armed to fail. Every allocation libration
- * makes goes through rt_calloc (or asks rt_fault_hit first). */
-enum { RT_FAULT_ALLOC, RT_FAULT_COPY, RT_FAULT_KERNEL, RT_FAULT_KINDS };
+/* Fault injection (rt_fault.c): rt_fault_hit counts one event of KIND
+ * (RT_FAULT_*, ration.h) and says whether it is the one armed to fail.
+ * Every allocation libration makes goes through rt_calloc (or asks
+ * rt_fault_hit first). */
 bool rt_fault_hit(int kind);
 void *rt_calloc(size_t n, size_t size);
+
+/* The SHA-256 of the file at PATH as 64 hex digits (rt_sha256.c); -1 with
+ * errno when it cannot be read. */
+int rt_sha256_file(const char *path, char hex[65]);
 
 extern const rt_Backend rt_backend_cpu;
 /* The CPU backend's kernels, chosen once after open: the reference ones,

@@ -8,10 +8,15 @@
  * copy thread polls the rings for a while before it sleeps, so that
  * issuing a copy seldom costs the compute thread a wake-up (see Cpu). Job
  * rings and arenas are allocated at open; the step path only enqueues.
+ * It injects the faults a device shows (rt_fault.c): a copy or kernel
+ * that fails on its stream and is reported at the next wait or
+ * synchronize, a lost device, a copy or kernel that never completes; every
+ * wait of the calling thread ends at the caller's timeout (rt_Options).
  */
 #include "kernels_fast.h"
 #include "rt_backend.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -20,7 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { JOB_COPY, JOB_FILL, JOB_RECORD, JOB_WAIT };
+/* JOB_FAIL: a copy that fails on its stream (injected); JOB_HANG: one
+ * that never completes (injected): its thread waits until close. */
+enum { JOB_COPY, JOB_FILL, JOB_RECORD, JOB_WAIT, JOB_FAIL, JOB_HANG };
 enum { RING = 4096 };
 /* Polling (see Cpu), in ns: an idle copy thread looks at the rings
  * without pause for SPIN_NS, then every DOZE_NS (a sleep; the timer may
@@ -85,6 +92,11 @@ typedef struct Cpu {
   Stream streams[3];       /* [RT_STREAM_D2H], [RT_STREAM_H2D] are threads */
   rt_Pool *pool;           /* the kernels' threads; NULL: the reference kernels */
   char kernels[256];       /* rt_Stats.kernels */
+  unsigned timeout_ms;     /* the calling thread's waits end after this long; 0 never */
+  bool lost;               /* the device is lost (injected): every call fails */
+  bool compute_hung;       /* a kernel never completes (injected): nothing after it on
+                              the compute stream does */
+  char async_err[160];     /* a failure on a stream, not yet reported (under mu) */
 } Cpu;
 
 static void *xalloc_arena(int64_t bytes) {
@@ -231,13 +243,18 @@ static void *stream_main(void *arg) {
     if (atomic_load(&st->count) == RING - 1 && c->host_waiting) pthread_cond_signal(&c->cv_host); /* ring space */
     if (j.kind == JOB_WAIT) {
       poll_streams(c, st, self, event_reached, &j);
-      while (atomic_load(&c->done[j.event]) < j.target) {
+      while (atomic_load(&c->done[j.event]) < j.target && !atomic_load(&c->stop)) {
         atomic_store(&st->wait_event, j.event);
         atomic_store(&st->wait_target, j.target);
         atomic_store(&st->blocked, true);
         pthread_cond_wait(&st->cv, &c->mu);
         atomic_store(&st->blocked, false);
       }
+    } else if (j.kind == JOB_FAIL) {
+      snprintf(c->async_err, sizeof c->async_err, "%s stream: a copy failed asynchronously (injected fault)",
+               self == RT_STREAM_D2H ? "D2H" : "H2D");
+    } else if (j.kind == JOB_HANG) {
+      while (!atomic_load(&c->stop)) pthread_cond_wait(&st->cv, &c->mu);
     } else if (j.kind == JOB_RECORD) {
       if (atomic_load(&c->done[j.event]) < j.target) atomic_store(&c->done[j.event], j.target);
       event_done(c);
@@ -271,18 +288,70 @@ static void host_wait(Cpu *c) {
   c->host_waiting--;
 }
 
+/* When a wait of the calling thread begun now must end (timeout_ms set). */
+static bool deadline_of(const Cpu *c, struct timespec *d) {
+  if (!c->timeout_ms) return false;
+  clock_gettime(CLOCK_MONOTONIC, d);
+  d->tv_sec += c->timeout_ms / 1000;
+  d->tv_nsec += (long)(c->timeout_ms % 1000) * 1000000L;
+  if (d->tv_nsec >= 1000000000L) d->tv_sec++, d->tv_nsec -= 1000000000L;
+  return true;
+}
+
+/* host_wait until DEADLINE (when HAS one); false once it passed. */
+static bool host_wait_until(Cpu *c, bool has, const struct timespec *deadline) {
+  if (!has) {
+    host_wait(c);
+    return true;
+  }
+  c->host_waiting++;
+  int rc = pthread_cond_timedwait(&c->cv_host, &c->mu, deadline);
+  c->host_waiting--;
+  return rc != ETIMEDOUT;
+}
+
+static int timed_out(const Cpu *c, const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen, "timed out after %u ms waiting for %s (a copy or kernel that never completes)", c->timeout_ms,
+           what);
+  return RT_ETIMEOUT;
+}
+
+/* Every call of the calling thread starts here: a lost device fails it
+ * (injected at the call RT_FAULT_LOST counts to). */
+static int gone(Cpu *c, char *err, size_t errlen) {
+  if (!c->lost && !rt_fault_hit(RT_FAULT_LOST)) return RT_OK;
+  c->lost = true;
+  snprintf(err, errlen, "device lost (injected fault)");
+  return RT_ELOST;
+}
+
+/* A failure on a stream that no wait reported yet: reported once, here.
+ * Called with mu held. */
+static int take_async(Cpu *c, char *err, size_t errlen) {
+  if (!c->async_err[0]) return RT_OK;
+  snprintf(err, errlen, "%s", c->async_err);
+  c->async_err[0] = '\0';
+  return RT_EBACKEND;
+}
+
 /* Queues a job without waking the stream's thread: cpu_flush does, once for
  * all the jobs of a step (its waits, the copy, its record). */
-static void enqueue(Cpu *c, int stream, Job j) {
+static int enqueue(Cpu *c, int stream, Job j, char *err, size_t errlen) {
   Stream *st = &c->streams[stream];
+  struct timespec deadline;
+  bool has = deadline_of(c, &deadline);
   lock(c);
   while (atomic_load(&st->count) == RING) {
     if (claim_wake(c, st)) pthread_cond_signal(&st->cv);
-    host_wait(c);
+    if (!host_wait_until(c, has, &deadline)) {
+      pthread_mutex_unlock(&c->mu);
+      return timed_out(c, stream == RT_STREAM_D2H ? "room on the D2H stream" : "room on the H2D stream", err, errlen);
+    }
   }
   st->ring[(st->head + atomic_load(&st->count)) % RING] = j;
   atomic_fetch_add(&st->count, 1);
   pthread_mutex_unlock(&c->mu);
+  return RT_OK;
 }
 
 /* Lets STREAM's thread start on its queued jobs: nothing to do when it is
@@ -327,7 +396,11 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
     return RT_ENOMEM;
   }
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_host, NULL);
+  pthread_condattr_t monotonic;
+  pthread_condattr_init(&monotonic);
+  pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC); /* timeouts are not moved by clock changes */
+  pthread_cond_init(&c->cv_host, &monotonic);
+  pthread_condattr_destroy(&monotonic);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_init(&c->streams[s].cv, NULL);
   c->debug = debug;
   c->delay_us = delay_us;
@@ -386,10 +459,22 @@ static void *cpu_kernel_ctx(void *ctx) {
 }
 
 static int cpu_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen) {
-  (void)ctx;
+  Cpu *c = ctx;
   (void)profile; /* compute is synchronous on the CPU: always exact */
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK || c->compute_hung) return rc;
+  if (rt_fault_hit(RT_FAULT_HANG)) {
+    c->compute_hung = true;
+    return RT_OK;
+  }
+  if (rt_fault_hit(RT_FAULT_ASYNC)) {
+    lock(c);
+    snprintf(c->async_err, sizeof c->async_err, "compute stream: a kernel failed asynchronously (injected fault)");
+    pthread_mutex_unlock(&c->mu);
+    return RT_OK;
+  }
   char kerr[256] = "";
-  int rc = fn(a, kerr, sizeof kerr);
+  rc = fn(a, kerr, sizeof kerr);
   if (rc != 0) {
     snprintf(err, errlen, "kernel failed: %s", kerr[0] ? kerr : "no message");
     return RT_EKERNEL;
@@ -398,29 +483,36 @@ static int cpu_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool pr
 }
 
 static int cpu_copy(void *ctx, int stream, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
-  (void)err;
-  (void)errlen;
-  if (stream == RT_STREAM_COMPUTE) memcpy(dst, src, (size_t)bytes);
-  else enqueue(ctx, stream, (Job){.kind = JOB_COPY, .dst = dst, .src = src, .bytes = bytes});
-  return RT_OK;
+  Cpu *c = ctx;
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK) return rc;
+  if (stream == RT_STREAM_COMPUTE) {
+    if (!c->compute_hung) memcpy(dst, src, (size_t)bytes);
+    return RT_OK;
+  }
+  int kind = rt_fault_hit(RT_FAULT_HANG) ? JOB_HANG : rt_fault_hit(RT_FAULT_ASYNC) ? JOB_FAIL : JOB_COPY;
+  return enqueue(c, stream, (Job){.kind = kind, .dst = dst, .src = src, .bytes = bytes}, err, errlen);
 }
 
 static int cpu_fill(void *ctx, int stream, void *dst, int byte, int64_t bytes, char *err, size_t errlen) {
-  (void)err;
-  (void)errlen;
-  if (stream == RT_STREAM_COMPUTE) memset(dst, byte, (size_t)bytes);
-  else enqueue(ctx, stream, (Job){.kind = JOB_FILL, .dst = dst, .byte = byte, .bytes = bytes});
-  return RT_OK;
+  Cpu *c = ctx;
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK) return rc;
+  if (stream == RT_STREAM_COMPUTE) {
+    if (!c->compute_hung) memset(dst, byte, (size_t)bytes);
+    return RT_OK;
+  }
+  return enqueue(c, stream, (Job){.kind = JOB_FILL, .dst = dst, .byte = byte, .bytes = bytes}, err, errlen);
 }
 
 static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen) {
   Cpu *c = ctx;
-  (void)err;
-  (void)errlen;
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK) return rc;
   lock(c);
   uint64_t target = ++c->issued[event];
   bool wake[3] = {false, false, false};
-  if (stream == RT_STREAM_COMPUTE) {
+  if (stream == RT_STREAM_COMPUTE && !c->compute_hung) {
     atomic_store(&c->done[event], target);
     /* The calling thread is the only host waiter: only streams can sleep here. */
     bool polled = poller_alive(c);
@@ -429,41 +521,59 @@ static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen
   pthread_mutex_unlock(&c->mu);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
     if (wake[s]) pthread_cond_signal(&c->streams[s].cv);
-  if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_RECORD, .event = event, .target = target});
-  return RT_OK;
+  if (stream == RT_STREAM_COMPUTE) return RT_OK;
+  return enqueue(c, stream, (Job){.kind = JOB_RECORD, .event = event, .target = target}, err, errlen);
 }
 
+/* The compute stream waiting blocks the calling thread until EVENT is
+ * done, or the deadline; then a failure on a stream surfaces, as CUDA
+ * reports one at the next synchronizing call. */
 static int cpu_wait(void *ctx, int stream, int event, char *err, size_t errlen) {
   Cpu *c = ctx;
-  (void)err;
-  (void)errlen;
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK) return rc;
+  struct timespec deadline;
+  bool has = deadline_of(c, &deadline);
   lock(c);
   uint64_t target = c->issued[event];
-  if (stream == RT_STREAM_COMPUTE)
-    while (atomic_load(&c->done[event]) < target) host_wait(c);
+  if (stream == RT_STREAM_COMPUTE) {
+    while (rc == RT_OK && atomic_load(&c->done[event]) < target)
+      if (!host_wait_until(c, has, &deadline)) rc = timed_out(c, "a copy stream's event", err, errlen);
+    if (rc == RT_OK) rc = take_async(c, err, errlen);
+  }
   pthread_mutex_unlock(&c->mu);
-  if (stream != RT_STREAM_COMPUTE) enqueue(c, stream, (Job){.kind = JOB_WAIT, .event = event, .target = target});
-  return RT_OK;
+  if (stream == RT_STREAM_COMPUTE) return rc;
+  return enqueue(c, stream, (Job){.kind = JOB_WAIT, .event = event, .target = target}, err, errlen);
 }
 
 static int cpu_sync(void *ctx, char *err, size_t errlen) {
   Cpu *c = ctx;
-  (void)err;
-  (void)errlen;
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK) return rc;
+  struct timespec deadline;
+  bool has = deadline_of(c, &deadline);
   for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) cpu_flush(c, s);
   lock(c);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
-    while (atomic_load(&c->streams[s].count) > 0 || c->streams[s].busy) host_wait(c);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D && rc == RT_OK; s++)
+    while (rc == RT_OK && (atomic_load(&c->streams[s].count) > 0 || c->streams[s].busy))
+      if (!host_wait_until(c, has, &deadline))
+        rc = timed_out(c, s == RT_STREAM_D2H ? "the D2H stream" : "the H2D stream", err, errlen);
+  /* A hung kernel: nothing on the compute stream completes again. */
+  while (rc == RT_OK && c->compute_hung)
+    if (!host_wait_until(c, has, &deadline)) rc = timed_out(c, "the compute stream", err, errlen);
+  if (rc == RT_OK) rc = take_async(c, err, errlen);
   pthread_mutex_unlock(&c->mu);
-  return RT_OK;
+  return rc;
 }
 
 static int cpu_transfer(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
-  (void)ctx;
-  (void)err;
-  (void)errlen;
-  memcpy(dst, src, (size_t)bytes);
-  return RT_OK;
+  int rc = gone(ctx, err, errlen);
+  if (rc == RT_OK) memcpy(dst, src, (size_t)bytes);
+  return rc;
+}
+
+static void cpu_set_timeout(void *ctx, unsigned ms) {
+  ((Cpu *)ctx)->timeout_ms = ms;
 }
 
 static void cpu_copy_totals(void *ctx, int stream, double *bytes, double *seconds) {
@@ -491,4 +601,5 @@ const rt_Backend rt_backend_cpu = {
     .download = cpu_transfer,
     .copy_totals = cpu_copy_totals,
     .flush = cpu_flush,
+    .set_timeout = cpu_set_timeout,
 };

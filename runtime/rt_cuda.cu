@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "kernels_cuda.h"
@@ -35,11 +36,33 @@ struct Cuda {
   cudaEvent_t span[2], joined[2]; /* a step's start and end; the copy streams' last work */
   bool debug;
   unsigned seed, delay_us;
+  unsigned timeout_ms; /* rt_Options.timeout_ms: a synchronize polls until then; 0 blocks */
+  bool hung;           /* a synchronize timed out: close waits for nothing */
 };
+
+/* Errors after which the context is unusable (a kernel's fault, the device
+ * gone): the session can only be closed. */
+bool cuda_sticky(cudaError_t e) {
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorHardwareStackError:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorAssert:
+  case cudaErrorECCUncorrectable:
+  case cudaErrorDevicesUnavailable:
+  case cudaErrorNoDevice: return true;
+  default: return false;
+  }
+}
 
 int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
   snprintf(err, errlen, "CUDA %s: %s", what, cudaGetErrorString(e));
-  return RT_EBACKEND;
+  return cuda_sticky(e) ? RT_ELOST : RT_EBACKEND;
 }
 
 #define CK(call, what)                                              \
@@ -64,7 +87,7 @@ __global__ void spin_kernel(long long ns) {
 void cuda_close(void *ctx) {
   Cuda *c = (Cuda *)ctx;
   if (!c) return;
-  for (int s = 0; s < 3; s++)
+  for (int s = 0; s < 3 && !c->hung; s++)
     if (c->st[s]) cudaStreamSynchronize(c->st[s]);
   if (c->kctx) rt_cuda_kernel_ctx_destroy(c->kctx);
   for (int i = 0; c->ev && i < c->nevents; i++)
@@ -250,9 +273,39 @@ double cuda_span_seconds(void *ctx) {
   return cudaEventElapsedTime(&ms, c->span[0], c->span[1]) == cudaSuccess ? 1e-3 * ms : -1;
 }
 
+/* Stream S idle: blocking, or with the watchdog polled every 20 us until
+ * the deadline (a kernel or copy that never completes). */
+int cuda_stream_idle(Cuda *c, int s, const struct timespec *t0, char *err, size_t errlen) {
+  if (!c->timeout_ms) {
+    CK(cudaStreamSynchronize(c->st[s]), "synchronize");
+    return RT_OK;
+  }
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(c->st[s]);
+    if (e == cudaSuccess) return RT_OK;
+    if (e != cudaErrorNotReady) return cuda_fail(e, "synchronize", err, errlen);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double ms = 1e3 * (double)(t.tv_sec - t0->tv_sec) + 1e-6 * (double)(t.tv_nsec - t0->tv_nsec);
+    if (ms > (double)c->timeout_ms) {
+      c->hung = true;
+      snprintf(err, errlen, "timed out after %u ms waiting for stream %d (a copy or kernel that never completes)",
+               c->timeout_ms, s);
+      return RT_ETIMEOUT;
+    }
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+}
+
 int cuda_sync(void *ctx, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
-  for (int s = 0; s < 3; s++) CK(cudaStreamSynchronize(c->st[s]), "synchronize");
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int s = 0; s < 3; s++) {
+    int rc = cuda_stream_idle(c, s, &t0, err, errlen);
+    if (rc != RT_OK) return rc;
+  }
   char kerr[256] = "";
   if (rt_cuda_kernel_ctx_status(c->kctx, kerr, sizeof kerr) != 0) {
     snprintf(err, errlen, "kernel failed: %s", kerr);
@@ -273,6 +326,10 @@ int cuda_download(void *ctx, void *dst, const void *src, int64_t bytes, char *er
   return RT_OK;
 }
 
+void cuda_set_timeout(void *ctx, unsigned ms) {
+  ((Cuda *)ctx)->timeout_ms = ms;
+}
+
 /* warm_up: cuBLASLt descriptors and algorithms are chosen per shape on a
  * matmul's first call, so rt_open runs the schedule once. */
 const rt_Backend cuda_backend = {
@@ -280,7 +337,7 @@ const rt_Backend cuda_backend = {
     cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
     NULL, /* copy rates: not measured on the GPU yet */
     NULL, /* flush: a CUDA stream starts what it is given */
-    cuda_mark, cuda_marked_seconds, cuda_span, cuda_span_seconds, cuda_set_runtime,
+    cuda_mark, cuda_marked_seconds, cuda_span, cuda_span_seconds, cuda_set_runtime, cuda_set_timeout,
 };
 
 } // namespace

@@ -72,7 +72,7 @@ int rt_init_params(rt_Session *s, uint64_t seed, double stddev) {
     if (T->kind != KIND_PARAM || view_of(T, raw, &v) < 0) continue;
     double fill = first_use_fill(sc, t);
     for (int64_t i = 0; i < v.numel; i++) rt_store(&v, i, fill >= 0 ? (float)fill : (float)(stddev * rng_normal(&r)));
-    rc = rt_write(s, T->name, raw, (size_t)T->bytes);
+    rc = rt_write(s, T->name, T->dtype, T->rank, T->shape, raw, (size_t)T->bytes);
     /* The master copy: an adamw op's fifth input, when its first is T. */
     for (int o = 0; o < sc->nops && rc == RT_OK; o++) {
       const rt_SchedOp *op = &sc->ops[o];
@@ -81,7 +81,7 @@ int rt_init_params(rt_Session *s, uint64_t seed, double stddev) {
       rt_View mv;
       if (view_of(M, master, &mv) < 0 || mv.numel != v.numel) continue;
       for (int64_t i = 0; i < v.numel; i++) rt_store(&mv, i, rt_load(&v, i));
-      rc = rt_write(s, M->name, master, (size_t)M->bytes);
+      rc = rt_write(s, M->name, M->dtype, M->rank, M->shape, master, (size_t)M->bytes);
     }
   }
   free(raw);

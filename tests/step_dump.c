@@ -24,7 +24,7 @@ static int dump(rt_Session *s, FILE *man, const char *dir, int t, const char *wh
   snprintf(file, sizeof file, "%s.%s.bin", T->name, when);
   snprintf(path, sizeof path, "%s/%s", dir, file);
   void *buf = malloc((size_t)T->bytes);
-  int rc = buf ? rt_read(s, T->name, buf, (size_t)T->bytes) : RT_ENOMEM;
+  int rc = buf ? rt_read(s, T->name, T->dtype, T->rank, T->shape, buf, (size_t)T->bytes) : RT_ENOMEM;
   FILE *f = rc == RT_OK ? fopen(path, "wb") : NULL;
   if (f) {
     if (fwrite(buf, 1, (size_t)T->bytes, f) != (size_t)T->bytes) rc = RT_EINVAL;
@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
       r ^= r << 13, r ^= r >> 7, r ^= r << 17;
       v[i] = (int32_t)(r % 200); /* printable-ish bytes; every tiny vocab has >= 256 ids */
     }
-    rc = rt_write(s, T->name, v, (size_t)T->bytes);
+    rc = rt_write(s, T->name, T->dtype, T->rank, T->shape, v, (size_t)T->bytes);
     free(v);
   }
   for (int t = 0; t < S->ntensors && rc == RT_OK; t++)

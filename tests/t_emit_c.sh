@@ -61,6 +61,93 @@ if [ "$st" = 1 ] && grep -q "graph sha256 was $(sha256sum $g | cut -d' ' -f1), n
   ok "--check names a changed graph"
 else fail "--check names a changed graph" "exit $st: $(cat "$tmp/err")"; fi
 
+# OUT's base name (no '/' can be in one) with a quote, newlines, a
+# directive, a function and trigraphs.
+evil=$(printf 'o"\n#include "evil.h"\nint evil_out(void) { return 1; }\n??=define X ??)\\')
+printf '%s' "$evil" >"$tmp/evil.name"
+# Hostile names in every position a name reaches: the graph's name, tensor
+# and op names, an attribute's key and string value, the device's name (in
+# comments and string literals), and OUT's base name (the comment, the
+# identifier, the schedule's name). Each holds what could end or open a
+# comment, start a trigraph (-std=c99 turns "??/" at a line's end into a
+# line splice), end a string literal or inject a line of code.
+python3 - "$tmp" <<'EOF'
+import json, sys
+d = sys.argv[1]
+bad = ['/*', '*/', '??/', '\\', '"', '??=', "'", '\\"', '*/ int evil_t; /*', '??)', '\\n']
+g = json.load(open('tests/data/mlp.json'))
+ren = {}
+for i, t in enumerate(g['tensors']):
+    ren[t['name']] = t['name'] + bad[i % len(bad)]
+    t['name'] = ren[t['name']]
+for i, o in enumerate(g['ops']):
+    o['name'] = o['name'] + bad[(i + 3) % len(bad)]
+    o['inputs'] = [ren[x] for x in o['inputs']]
+    o['outputs'] = [ren[x] for x in o['outputs']]
+    if o.get('attrs'):
+        o['attrs']['note*/ ??/'] = 'v"/*??/\\'
+g['outputs'] = [ren[x] for x in g['outputs']]
+g['name'] = 'g*/ int evil_graph; /* ??/'
+json.dump(g, open(d + '/hostile.json', 'w'))
+dev = json.load(open('budgets/cpu.json'))
+dev['name'] = 'cpu*/ int evil_dev; /*\\'
+json.dump(dev, open(d + '/hostile-dev.json', 'w'))
+with open(d + '/names.want', 'w') as f:  # what the tables must hold, as hex
+    for t in g['tensors']: f.write(t['name'].encode().hex() + '\n')
+    for o in g['ops']: f.write(o['name'].encode().hex() + '\n')
+    f.write(g['name'].encode().hex() + '\n')
+    f.write(open(d + '/evil.name', 'rb').read().hex() + '\n')
+    f.write(dev['name'].encode().hex() + '\n')
+EOF
+if $RATION plan "$tmp/hostile.json" --device "$tmp/hostile-dev.json" --strategy offload-all -o "$tmp/$evil" >"$tmp/out" 2>&1 &&
+   cp "$tmp/$evil.sched.c" "$tmp/h.sched.c" && cp "$tmp/$evil.sched.h" "$tmp/h.sched.h"; then
+  ok "hostile names and a hostile -o: planned"
+else fail "hostile names and a hostile -o: planned" "$(cat "$tmp/out")"; fi
+flags="-Wall -Wextra -Werror -Wtrigraphs -Wcomment"
+if cc -std=c99 $flags -c "$tmp/h.sched.c" -o "$tmp/h.o" 2>"$tmp/cc" &&
+   cc -std=c11 $flags -c "$tmp/h.sched.c" -o "$tmp/h11.o" 2>>"$tmp/cc" &&
+   cc -std=c99 $flags -fsyntax-only -x c "$tmp/h.sched.h" 2>>"$tmp/cc"; then
+  ok "hostile names: .sched.c and .sched.h build with -Wall -Wextra -Werror (c99 with trigraphs, c11)"
+else fail "hostile names: .sched.c and .sched.h build with -Wall -Wextra -Werror (c99 with trigraphs, c11)" \
+  "$(head -5 "$tmp/cc")"; fi
+entry=ration_schedule_$(printf '%s' "$evil" | tr -c 'A-Za-z0-9' '_')
+defined=$(nm --defined-only "$tmp/h.o" | awk '$2 ~ /^[A-Z]$/ { print $3 }')
+directives=$(grep '^[[:space:]]*\(#\|??=\|%:\)' "$tmp/h.sched.c" | tr '\n' '|')
+want='#include <stdint.h>|#ifndef RATION_SCHED_ABI|#define RATION_SCHED_ABI 2|#endif|'
+want="$want#define RT_SCHED_LEN(table) ((int32_t)(sizeof(table) / sizeof(table)[0]))|"
+if [ "$defined" = "$entry" ] && [ "$directives" = "$want" ]; then
+  ok "hostile -o: one external symbol, the entry point; no directive but the schedule's own"
+else fail "hostile -o: one external symbol, the entry point; no directive but the schedule's own" "$defined; $directives"; fi
+cat >"$tmp/names.c" <<EOF
+#include "ration.h"
+#include "h.sched.h"
+#include <stdio.h>
+static void hex(const char *s) { for (; *s; s++) printf("%02x", (unsigned char)*s); printf("\\n"); }
+int main(void) {
+  const rt_Schedule *s = $entry();
+  for (int i = 0; i < s->ntensors; i++) hex(s->tensors[i].name);
+  for (int i = 0; i < s->nops; i++) hex(s->ops[i].name);
+  hex(s->graph_name);
+  hex(s->name);
+  hex(s->device);
+  return 0;
+}
+EOF
+if cc -std=c99 $flags -Iruntime -I"$tmp" -o "$tmp/names" "$tmp/names.c" "$tmp/h.sched.c" 2>"$tmp/cc" &&
+   "$tmp/names" >"$tmp/names.got" && cmp -s "$tmp/names.want" "$tmp/names.got"; then
+  ok "hostile names: the tables' strings are the graph's, the device's and OUT's bytes exactly"
+else fail "hostile names: the tables' strings are the graph's, the device's and OUT's bytes exactly" \
+  "$(head -3 "$tmp/cc"; diff "$tmp/names.got" "$tmp/names.want" | head -5)"; fi
+
+# The schedule fuzz target's seeds are what ration emits today.
+mkdir -p "$tmp/seeds"
+same_seeds() {
+  for f in tests/fuzz/seeds/*.sched.c tests/fuzz/seeds/*.json; do cmp -s "$f" "$tmp/seeds/${f##*/}" || return 1; done
+}
+if RATION=$RATION sh tests/fuzz/seeds/make.sh "$tmp/seeds" >"$tmp/out" 2>&1 && same_seeds; then
+  ok "tests/fuzz/seeds: current (tests/fuzz/seeds/make.sh)"
+else fail "tests/fuzz/seeds: current (tests/fuzz/seeds/make.sh)" "$(cat "$tmp/out")"; fi
+
 rm -f "$tmp/a.sched.h"
 st=$(check $g --device budgets/cpu.json -o "$tmp/a")
 if [ "$st" = 1 ] && grep -q "a.sched.h: missing" "$tmp/err"; then ok "--check names a missing file"

@@ -13,11 +13,16 @@ if $RATION plan $g --device budgets/cpu.json --budget 200% -o "$tmp/s" >"$tmp/lo
    cc $san -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I"$tmp" -DSCHED_HEADER='"s.sched.h"' \
      -DSCHED_ENTRY=ration_schedule_s -o "$tmp/train" examples/train.c "$tmp/s.sched.c" "$BUILD/libration.a" \
      -lm -lpthread >>"$tmp/log" 2>&1 &&
-   "$tmp/train" --steps 3 --sample 0 --profile "$tmp/costs.json" >>"$tmp/log" 2>&1; then
+   "$tmp/train" --steps 3 --sample 0 --graph $g --profile "$tmp/costs.json" >>"$tmp/log" 2>&1; then
   ok "trainer writes a profile"
 else
   fail "trainer writes a profile" "$(tail -5 "$tmp/log")"; t_done; exit 0
 fi
+# The trainer names the graph it expects: another one is a stale schedule.
+if ! "$tmp/train" --steps 1 --sample 0 --graph models/llama-tiny.json >"$tmp/out" 2>&1 &&
+   grep -q "stale schedule: schedule s was planned from graph sha256 $(sha256sum $g | cut -d' ' -f1), models/llama-tiny.json has" "$tmp/out"; then
+  ok "train --graph with another graph: refused as a stale schedule"
+else fail "train --graph with another graph: refused as a stale schedule" "$(cat "$tmp/out")"; fi
 nops=$(grep -c '"type"' $g)
 n=$(grep -c '^  "[^"]*": [0-9.]*,\?$' "$tmp/costs.json")
 if grep -q '"format": "ration-costs/1"' "$tmp/costs.json" && [ "$n" -eq "$nops" ] &&

@@ -51,7 +51,8 @@ for how in "--device $tmp/rt.json $tmp/rt-ilp.plan.json" "$tmp/h100.plan.json"; 
 done
 # The schedule builds and trains a step on the CPU backend (which ignores the bytes).
 id=rt_ilp
-if cc -std=c11 -O1 -Iruntime -I$tmp -DSCHED_HEADER="\"rt-ilp.sched.h\"" -DSCHED_ENTRY=ration_schedule_rt_ilp \
+san=""; case "${BUILD:-}" in *san*) san="-fsanitize=address,undefined";; esac
+if cc $san -std=c11 -O1 -Iruntime -I$tmp -DSCHED_HEADER="\"rt-ilp.sched.h\"" -DSCHED_ENTRY=ration_schedule_rt_ilp \
      -o $tmp/dump tests/step_dump.c $tmp/rt-ilp.sched.c $BUILD/libration.a -lm -lpthread >$tmp/log 2>&1 &&
    mkdir -p $tmp/d && $tmp/dump $tmp/d cpu >$tmp/out 2>&1; then ok "a schedule with runtime bytes runs a step"
 else fail "a schedule with runtime bytes runs a step" "$(tail -n 3 $tmp/log $tmp/out)"; fi

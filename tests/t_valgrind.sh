@@ -15,7 +15,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 VG="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes"
 $VG $REL/tests/test_rt_faults --stride 9 >"$tmp/rt.log" 2>&1; st=$?
 res=$(grep '^RESULT' "$tmp/rt.log")
-if [ $st -eq 0 ] && [ "$res" = "RESULT 8 0" ]; then ok "a small offload schedule's steps and injected faults: valgrind clean"
+if [ $st -eq 0 ] && [ "$res" = "RESULT 13 0" ]; then ok "a small offload schedule's steps and injected faults: valgrind clean"
 else fail "a small offload schedule's steps and injected faults: valgrind clean" "exit $st, $res: $(grep '==' "$tmp/rt.log" | head -20)"; fi
 $VG bin/ration plan models/gpt2-tiny.json --device cpu -o "$tmp/p" >"$tmp/plan.log" 2>&1; st=$?
 if [ $st -eq 0 ] && [ -s "$tmp/p.sched.c" ]; then ok "ration plan on gpt2-tiny: valgrind clean"

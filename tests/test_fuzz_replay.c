@@ -16,6 +16,7 @@ static TargetFn target_fn(const char *name) {
   if (!strcmp(name, "device")) return fuzz_device_one;
   if (!strcmp(name, "pipeline")) return fuzz_pipeline_one;
   if (!strcmp(name, "plan")) return fuzz_plan_one;
+  if (!strcmp(name, "schedule")) return fuzz_schedule_one;
   return NULL;
 }
 
@@ -65,6 +66,6 @@ int main(void) {
     total += replay(line, fn, regress);
   }
   free(seeds);
-  T_CASE("seeds found for every target") T_CHECKF(targets == 4 && total >= 100, "%d targets, %d inputs", targets, total);
+  T_CASE("seeds found for every target") T_CHECKF(targets == 5 && total >= 100, "%d targets, %d inputs", targets, total);
   T_DONE();
 }

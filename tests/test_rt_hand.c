@@ -199,7 +199,7 @@ typedef struct Result {
 
 static void run(const rt_Schedule *s, unsigned delay_us, unsigned flags, int nsteps, Result *r) {
   memset(r, 0, sizeof *r);
-  rt_Options o = {RT_BACKEND_CPU, flags, 11, delay_us, 0};
+  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = flags, .seed = 11, .delay_us = delay_us};
   rt_Session *ss;
   if ((r->status = rt_open(s, &o, &ss, r->err, sizeof r->err)) != RT_OK) return;
   r->status = rt_init_params(ss, 5, 0.02);
@@ -217,15 +217,17 @@ static void run(const rt_Schedule *s, unsigned delay_us, unsigned flags, int nst
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         v[i] = (int32_t)(x % 256);
       }
-      r->status = rt_write(ss, s->tensors[t].name, v, (size_t)s->tensors[t].bytes);
+      r->status = rt_write(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape, v,
+                           (size_t)s->tensors[t].bytes);
     }
     if (r->status == RT_OK) r->status = rt_step(ss);
-    if (r->status == RT_OK) r->status = rt_read(ss, "loss", r->blob + step * 4, 4);
+    if (r->status == RT_OK) r->status = rt_read(ss, "loss", DT_F32, 1, (int64_t[]){1}, r->blob + step * 4, 4);
   }
   size_t at = (size_t)nsteps * 4;
   for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
     if (s->tensors[t].kind >= 1 && s->tensors[t].kind <= 3) {
-      r->status = rt_read(ss, s->tensors[t].name, r->blob + at, (size_t)s->tensors[t].bytes);
+      r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape,
+                          r->blob + at, (size_t)s->tensors[t].bytes);
       at += (size_t)s->tensors[t].bytes;
     }
   rt_Stats st;

@@ -56,10 +56,10 @@ static int cmp_double(const void *x, const void *y) {
 int main(void) {
   const rt_Schedule sc = {RATION_SCHED_ABI, "naps", "test", "naps", "", "cpu", "hand", "not_used", 0, 0,
                           256, 256, 0, 256, 4, 1, 1, 3, 3, 0, tensors, buffers, ops, op_io, attrs, steps,
-                          step_io, waits};
+                          step_io, waits, 3, 3, 3, 0};
   rt_Session *s = NULL;
   char err[512] = "";
-  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_PROFILE, 1, 0, 0};
+  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_PROFILE, .seed = 1};
   int rc = rt_kernel_register("nap", nap) == 0 ? rt_open(&sc, &o, &s, err, sizeof err) : -1;
   double step_s[STEPS];
   for (int i = 0; i < STEPS && rc == RT_OK; i++) {

@@ -78,7 +78,7 @@ static int fill_tensor(rt_Session *ss, const rt_SchedTensor *t, int64_t v, bool 
       }
     }
   }
-  int rc = rt_write(ss, t->name, buf, (size_t)t->bytes);
+  int rc = rt_write(ss, t->name, t->dtype, t->rank, t->shape, buf, (size_t)t->bytes);
   free(buf);
   return rc;
 }
@@ -87,7 +87,7 @@ static int fill_tensor(rt_Session *ss, const rt_SchedTensor *t, int64_t v, bool 
 /* Debug mode always; DELAY_US 0 means random copy delays. */
 static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
   memset(r, 0, sizeof *r);
-  rt_Options o = {RT_BACKEND_CPU, RT_OPEN_DEBUG, 7, delay_us, 0};
+  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_DEBUG, .seed = 7, .delay_us = delay_us};
   rt_Session *ss;
   r->status = rt_open(s, &o, &ss, r->err, sizeof r->err);
   if (r->status != RT_OK) return;
@@ -106,12 +106,14 @@ static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
     if (r->status == RT_OK) r->status = rt_step(ss);
     for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
       if (s->tensors[t].is_output && s->tensors[t].bytes == 4)
-        r->status = rt_read(ss, s->tensors[t].name, r->blob + total + (size_t)step * 4, 4);
+        r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape,
+                            r->blob + total + (size_t)step * 4, 4);
   }
   size_t at = 0;
   for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
     if (s->tensors[t].kind >= 1 && s->tensors[t].kind <= 3) {
-      r->status = rt_read(ss, s->tensors[t].name, r->blob + at, (size_t)s->tensors[t].bytes);
+      r->status = rt_read(ss, s->tensors[t].name, s->tensors[t].dtype, s->tensors[t].rank, s->tensors[t].shape,
+                          r->blob + at, (size_t)s->tensors[t].bytes);
       at += (size_t)s->tensors[t].bytes;
     }
   r->n = total + NSTEPS * sizeof(float);

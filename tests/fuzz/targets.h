@@ -5,13 +5,15 @@
  * target takes one input and returns NULL, or the property the input broke:
  * a loader either loads something whose derived facts hold or fails with
  * one line naming the file; a plan that the pipeline returns passes the
- * simulator's checks, fits its budget and survives a JSON round trip.
+ * simulator's checks, fits its budget and survives a JSON round trip;
+ * rt_open on an edited schedule opens it or fails with a schedule error.
  * Crashes and sanitizer reports are the other findings.
  */
 #ifndef RATION_FUZZ_TARGETS_H
 #define RATION_FUZZ_TARGETS_H
 
 #include "ration.h"
+#include "sched_text.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -212,6 +214,35 @@ static inline const char *fuzz_plan_one(const uint8_t *data, size_t size) {
   buf_free(&j2);
   plan_free(q);
   plan_free(p);
+  return why;
+}
+
+/* Arenas are allocated and zeroed for real: a schedule asking for more is
+ * not this target's business (rt_open refuses more than 2^60 bytes). */
+#define FUZZ_ARENA_MAX (INT64_C(64) << 20)
+
+static bool fuzz_arena_too_big(int64_t bytes) {
+  return bytes > FUZZ_ARENA_MAX && bytes <= (INT64_C(1) << 60);
+}
+
+/* rt_open on the tables of an emitted .sched.c as edited (sched_text.h):
+ * it opens, or fails with a schedule or kernel status, a one-line message
+ * and no session; it never reads outside a table (the sanitizers). */
+static inline const char *fuzz_schedule_one(const uint8_t *data, size_t size) {
+  SchedText t;
+  if (!sched_text_read((const char *)data, size, &t)) return NULL;
+  const char *why = NULL;
+  if (!fuzz_arena_too_big(t.s.arena_bytes) && !fuzz_arena_too_big(t.s.host_bytes)) {
+    rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_REFERENCE};
+    rt_Session *s = NULL;
+    char err[512] = "";
+    int rc = rt_open(&t.s, &o, &s, err, sizeof err);
+    if (rc == RT_OK) rt_close(s);
+    else if (s) why = "a failed rt_open returned a session";
+    else if (rc != RT_ESCHEDULE && rc != RT_EKERNEL && rc != RT_ENOMEM) why = fuzz_broke("status %d: %s", rc, err);
+    else if (!err[0] || strchr(err, '\n')) why = fuzz_broke("bad message \"%s\"", err);
+  }
+  sched_text_free(&t);
   return why;
 }
 
