@@ -53,7 +53,7 @@ done
 id=rt_ilp
 san=""; case "${BUILD:-}" in *san*) san="-fsanitize=address,undefined";; esac
 if cc $san -std=c11 -O1 -Iruntime -I$tmp -DSCHED_HEADER="\"rt-ilp.sched.h\"" -DSCHED_ENTRY=ration_schedule_rt_ilp \
-     -o $tmp/dump tests/step_dump.c $tmp/rt-ilp.sched.c $BUILD/libration.a -lm -lpthread >$tmp/log 2>&1 &&
+     -o $tmp/dump tests/step_dump.c $tmp/rt-ilp.sched.c ${BUILD:-build/rel}/libration.a -lm -lpthread >$tmp/log 2>&1 &&
    mkdir -p $tmp/d && $tmp/dump $tmp/d cpu >$tmp/out 2>&1; then ok "a schedule with runtime bytes runs a step"
 else fail "a schedule with runtime bytes runs a step" "$(tail -n 3 $tmp/log $tmp/out)"; fi
 expect_fail "runtime_bytes past memory less reserve" "huge.json: runtime_bytes: runtime_bytes" \
