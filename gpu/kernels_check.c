@@ -98,6 +98,14 @@ static const Case cases[] = {
   {"crossentropy_backward", 3, 1, {F(1, 256, 50257), S(1, 256), I(50257, 1, 256)}, {F(1, 256, 50257)}, NOALIAS, {{0}}, 0, 0, 1, D_CE},
   {"adamw", 4, 3, {F(1000, 77), F(1000, 77), S(1000, 77), P(1000, 77)}, {F(1000, 77), S(1000, 77), P(1000, 77)}, {0, 2, 3, -1}, ADAM, 4, 0, 3, D_NONE},
   {"adamw", 5, 4, {F(1000, 77), F(1000, 77), S(1000, 77), P(1000, 77), S(1000, 77)}, {F(1000, 77), S(1000, 77), P(1000, 77), S(1000, 77)}, {0, 2, 3, 4}, ADAM, 4, 0, 3, D_NONE},
+  /* Frozen weights (LoRA): backward ops with some gradients left out. */
+  {"layernorm_backward", 5, 1, {F(4, 64, 768), F(4, 64, 768), F(768), S(4, 64), S(4, 64)}, {F(4, 64, 768)}, NOALIAS, {{"grads", 1}}, 1, 0, 1, D_LN},
+  {"rmsnorm_backward", 4, 1, {F(4, 64, 768), F(4, 64, 768), F(768), S(4, 64)}, {F(4, 64, 768)}, NOALIAS, {{"grads", 1}}, 1, 0, 1, D_RMS},
+  {"matmul_backward", 3, 1, {F(4, 64, 160), F(4, 64, 96), F(160, 96)}, {F(4, 64, 96)}, NOALIAS, {{"grads", 1}}, 1, 0, 1, D_NONE},
+  {"matmul_backward", 3, 1, {F(2, 128, 16), F(2, 128, 768), F(16, 768)}, {F(16, 768)}, NOALIAS, {{"grads", 2}}, 1, 0, 1, D_NONE},
+  {"lora_add", 2, 1, {F(2, 128, 2304), F(2, 128, 768)}, {F(2, 128, 2304)}, NOALIAS, {{"scale", 2.0}, {"offset", 1536}}, 2, 0, 1, D_NONE},
+  {"lora_add_backward", 1, 1, {F(2, 128, 2304)}, {F(2, 128, 768)}, NOALIAS, {{"scale", 2.0}, {"offset", 1536}}, 2, 0, 1, D_NONE},
+  {"ema", 2, 1, {S(1000, 77), F(1000, 77)}, {S(1000, 77)}, {0, -1, -1, -1}, {{"decay", 0.999}}, 1, 0, 1, D_NONE},
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -59,3 +59,18 @@ double rt_attr(const rt_KernelArgs *a, const char *key, double dflt) {
     if (a->attrs[i].key && strcmp(a->attrs[i].key, key) == 0) return a->attrs[i].num;
   return dflt;
 }
+
+int rt_grad_outputs(const rt_KernelArgs *a, int n, const rt_View **sel) {
+  double m = rt_attr(a, "grads", -1.0);
+  unsigned mask;
+  if (m < 0) {
+    if (a->nout > n) return -1;
+    mask = (1u << a->nout) - 1u;
+  } else {
+    if (!(m < (double)(1u << n)) || m != (double)(unsigned)m) return -1;
+    mask = (unsigned)m;
+  }
+  int k = 0;
+  for (int i = 0; i < n; i++) sel[i] = mask >> i & 1u ? (k < a->nout ? &a->out[k++] : NULL) : NULL;
+  return k == a->nout && __builtin_popcount(mask) == a->nout ? 0 : -1;
+}

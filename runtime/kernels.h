@@ -66,6 +66,12 @@ int rt_kernel_register(const char *type, rt_KernelFn fn);
 rt_KernelFn rt_kernel_find(const char *type);
 /* The value of attribute `key`, or dflt when the op does not carry it. */
 double rt_attr(const rt_KernelArgs *a, const char *key, double dflt);
+/* The outputs of a backward op that may leave some gradients out (a frozen
+ * weight's, or a graph input's): attribute "grads" has bit k set when the
+ * forward op's input k gets a gradient output, outputs in input order;
+ * without it the outputs are the first nout of the n. sel[k] is input k's
+ * gradient view or NULL. Returns 0, or -1 when "grads" and nout disagree. */
+int rt_grad_outputs(const rt_KernelArgs *a, int n, const rt_View **sel);
 /* crossentropy's vocabulary: attribute "vocab", the first columns of rows
  * LD long (a padded vocabulary), or LD without it; -1 when it is not an
  * integer in [1, LD]. */

@@ -327,18 +327,20 @@ static int k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "layernorm_backward";
-  REQUIRE(a->nin == 5 && a->nout == 3, "want 5 inputs (dy, x, w, mean, rstd) and 3 outputs (dx, dw, db)");
+  const rt_View *g[3];
+  REQUIRE(a->nin == 5 && rt_grad_outputs(a, 3, g) == 0 && !g[1] == !g[2],
+          "want 5 inputs (dy, x, w, mean, rstd) and outputs (dx, dw, db) or those \"grads\" names");
   const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *mean = &a->in[3], *rstd = &a->in[4];
-  const rt_View *dx = &a->out[0], *dw = &a->out[1], *db = &a->out[2];
+  const rt_View *dx = g[0], *dw = g[1], *db = g[2];
   int64_t C = last_dim(x), N = C ? x->numel / C : 0;
-  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) && is_float(db),
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && (!dx || is_float(dx)) && (!dw || (is_float(dw) && is_float(db))),
           "dy, x, w, dx, dw, db must be float");
   REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
-  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C &&
-          db->numel == C && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
+  REQUIRE(dy->numel == x->numel && (!dx || dx->numel == x->numel) && w->numel == C && (!dw || dw->numel == C) &&
+          (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   Norm k = {dx, x, w, db, dy, dw, mean->data, rstd->data, N, C, 0.0f};
-  par_for(a, N, row_grain(C), layernorm_backward_rows, &k);
-  par_for(a, C, N >= GRAIN ? 1 : GRAIN / N, layernorm_backward_cols, &k);
+  if (dx) par_for(a, N, row_grain(C), layernorm_backward_rows, &k);
+  if (dw) par_for(a, C, N >= GRAIN ? 1 : GRAIN / N, layernorm_backward_cols, &k);
   return 0;
 }
 
@@ -412,17 +414,18 @@ static int k_rmsnorm(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "rmsnorm_backward";
-  REQUIRE(a->nin == 4 && a->nout == 2, "want 4 inputs (dy, x, w, rstd) and 2 outputs (dx, dw)");
-  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *rstd = &a->in[3];
-  const rt_View *dx = &a->out[0], *dw = &a->out[1];
+  const rt_View *g[2];
+  REQUIRE(a->nin == 4 && rt_grad_outputs(a, 2, g) == 0,
+          "want 4 inputs (dy, x, w, rstd) and outputs (dx, dw) or those \"grads\" names");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *rstd = &a->in[3], *dx = g[0], *dw = g[1];
   int64_t C = last_dim(x), N = C ? x->numel / C : 0;
-  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) &&
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && (!dx || is_float(dx)) && (!dw || is_float(dw)) &&
           rstd->dtype == RT_F32, "dy, x, w, dx, dw must be float and rstd f32");
-  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C &&
+  REQUIRE(dy->numel == x->numel && (!dx || dx->numel == x->numel) && w->numel == C && (!dw || dw->numel == C) &&
           rstd->numel == N, "shapes do not match rmsnorm's");
   Norm k = {dx, x, w, NULL, dy, dw, NULL, rstd->data, N, C, 0.0f};
-  par_for(a, N, row_grain(C), rmsnorm_backward_rows, &k);
-  par_for(a, C, N >= GRAIN ? 1 : GRAIN / N, rmsnorm_backward_cols, &k);
+  if (dx) par_for(a, N, row_grain(C), rmsnorm_backward_rows, &k);
+  if (dw) par_for(a, C, N >= GRAIN ? 1 : GRAIN / N, rmsnorm_backward_cols, &k);
   return 0;
 }
 
@@ -533,12 +536,13 @@ static void matmul_forward(const rt_View *y, const rt_View *x, const rt_View *w,
   rt_gemm_ref(y, 0, bias, &A, &B, N, OC, C);
 }
 
+/* dx or dw NULL: that gradient is not wanted. */
 static void matmul_backward(const rt_View *dx, const rt_View *dw, const rt_View *dy, const rt_View *x,
                             const rt_View *w, int64_t N, int64_t C, int64_t OC) {
   rt_Operand dyA = {dy, OC, 1}, wB = {w, C, 1};
-  rt_gemm_ref(dx, 0, NULL, &dyA, &wB, N, C, OC); /* dx = dy w */
+  if (dx) rt_gemm_ref(dx, 0, NULL, &dyA, &wB, N, C, OC); /* dx = dy w */
   rt_Operand dyT = {dy, 1, OC}, xB = {x, C, 1};
-  rt_gemm_ref(dw, 1, NULL, &dyT, &xB, OC, C, N); /* dw += dy^T x */
+  if (dw) rt_gemm_ref(dw, 1, NULL, &dyT, &xB, OC, C, N); /* dw += dy^T x */
 }
 
 typedef struct {
@@ -578,15 +582,16 @@ static int k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "matmul_backward";
-  REQUIRE(a->nin == 3 && (a->nout == 2 || a->nout == 3), "want inputs (dy, x, w) and outputs (dx, dw[, dbias])");
-  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2];
-  const rt_View *dx = &a->out[0], *dw = &a->out[1], *dbias = a->nout == 3 ? &a->out[2] : NULL;
-  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) &&
+  const rt_View *g[3];
+  REQUIRE(a->nin == 3 && a->nout >= 1 && rt_grad_outputs(a, 3, g) == 0,
+          "want inputs (dy, x, w) and outputs (dx, dw[, dbias]) or those \"grads\" names");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *dx = g[0], *dw = g[1], *dbias = g[2];
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && (!dx || is_float(dx)) && (!dw || is_float(dw)) &&
           (!dbias || is_float(dbias)), "operands must be float");
   int64_t C = last_dim(x), N = C ? x->numel / C : 0;
   REQUIRE(w->rank == 2 && w->shape[1] == C, "w must be [OC, C] with C the last dim of x");
   int64_t OC = w->shape[0];
-  REQUIRE(dy->numel == N * OC && dx->numel == x->numel && dw->numel == w->numel &&
+  REQUIRE(dy->numel == N * OC && (!dx || dx->numel == x->numel) && (!dw || dw->numel == w->numel) &&
           (!dbias || dbias->numel == OC), "shapes do not match matmul's");
   if (a->backend_ctx) rt_fast_matmul_backward(a->backend_ctx, dx, dw, dy, x, w, N, C, OC);
   else matmul_backward(dx, dw, dy, x, w, N, C, OC);
@@ -949,6 +954,68 @@ static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* --------------------------------------------------------------- lora_add */
+
+/* A LoRA adapter's output v [.., W] scaled and added to columns
+ * [offset, offset + W) of the base projection y [.., OC]. */
+typedef struct {
+  const rt_View *out, *base, *v; /* out is dv in the backward, base dy */
+  float scale;
+  int64_t OC, W, off;
+} LoraAdd;
+
+static void lora_add_rows(const void *ctx, int64_t n0, int64_t n1) {
+  const LoraAdd *k = ctx;
+  for (int64_t n = n0; n < n1; n++)
+    for (int64_t c = 0; c < k->OC; c++) {
+      float y = rt_load(k->base, n * k->OC + c);
+      int64_t j = c - k->off;
+      if (j >= 0 && j < k->W) y = y + k->scale * rt_load(k->v, n * k->W + j);
+      rt_store(k->out, n * k->OC + c, y);
+    }
+}
+
+/* dv[n, j] = scale * dy[n, offset + j] */
+static void lora_add_backward_rows(const void *ctx, int64_t n0, int64_t n1) {
+  const LoraAdd *k = ctx;
+  for (int64_t n = n0; n < n1; n++)
+    for (int64_t j = 0; j < k->W; j++) rt_store(k->out, n * k->W + j, k->scale * rt_load(k->base, n * k->OC + k->off + j));
+}
+
+/* Checks y [N, OC] (or dy) against v [N, W] (or dv) and the attributes. */
+static int lora_shape(const rt_KernelArgs *a, const rt_View *y, const rt_View *v, LoraAdd *k, char *err, size_t errlen,
+                      const char *OP) {
+  int64_t OC = last_dim(y), W = last_dim(v), N = OC ? y->numel / OC : 0;
+  double off = rt_attr(a, "offset", 0.0);
+  REQUIRE(is_float(y) && is_float(v) && W > 0 && v->numel == N * W, "y [.., OC] and v [.., W] must be float, same rows");
+  REQUIRE(off >= 0 && off == (double)(int64_t)off && (int64_t)off + W <= OC, "offset %g + W %lld exceeds OC %lld", off,
+          (long long)W, (long long)OC);
+  k->scale = (float)rt_attr(a, "scale", 1.0);
+  k->OC = OC, k->W = W, k->off = (int64_t)off;
+  return 0;
+}
+
+static int k_lora_add(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "lora_add";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want inputs (y, v) and 1 output");
+  LoraAdd k = {&a->out[0], &a->in[0], &a->in[1], 0, 0, 0, 0};
+  int rc = lora_shape(a, &a->in[0], &a->in[1], &k, err, errlen, OP);
+  if (rc) return rc;
+  REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "the output must be float, y's size");
+  par_for(a, k.OC ? a->in[0].numel / k.OC : 0, row_grain(k.OC), lora_add_rows, &k);
+  return 0;
+}
+
+static int k_lora_add_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "lora_add_backward";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want input dy and output dv");
+  LoraAdd k = {&a->out[0], &a->in[0], NULL, 0, 0, 0, 0};
+  int rc = lora_shape(a, &a->in[0], &a->out[0], &k, err, errlen, OP);
+  if (rc) return rc;
+  par_for(a, a->out[0].numel / k.W, row_grain(k.W), lora_add_backward_rows, &k);
+  return 0;
+}
+
 /* ----------------------------------------------------------- crossentropy */
 
 /* Rows are LD long, of which the first V are the vocabulary (a padded
@@ -1085,6 +1152,35 @@ static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* -------------------------------------------------------------------- ema */
+
+typedef struct {
+  const rt_View *param;
+  const float *ema;
+  float *out;
+  float decay;
+} Ema;
+
+/* ema = decay * ema + (1 - decay) * param, f32, elements [i0, i1). */
+static void ema_update(const void *ctx, int64_t i0, int64_t i1) {
+  const Ema *k = ctx;
+  float d = k->decay, c = 1.0f - k->decay;
+  for (int64_t i = i0; i < i1; i++) k->out[i] = d * k->ema[i] + c * rt_load(k->param, i);
+}
+
+static int k_ema(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "ema";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want inputs (ema, param) and output ema");
+  const rt_View *e = &a->in[0], *p = &a->in[1], *out = &a->out[0];
+  double decay = rt_attr(a, "decay", -1.0);
+  REQUIRE(e->dtype == RT_F32 && out->dtype == RT_F32 && is_float(p) && e->numel == p->numel && out->numel == p->numel,
+          "ema f32 and param float, the same size");
+  REQUIRE(decay >= 0 && decay <= 1, "attribute decay %g must be in [0, 1]", decay);
+  Ema k = {p, e->data, out->data, (float)decay};
+  par_for(a, p->numel, GRAIN, ema_update, &k);
+  return 0;
+}
+
 const rt_KernelEntry rt_cpu_kernels[] = {
   {"encoder", k_encoder},
   {"encoder_backward", k_encoder_backward},
@@ -1108,5 +1204,8 @@ const rt_KernelEntry rt_cpu_kernels[] = {
   {"crossentropy", k_crossentropy},
   {"crossentropy_backward", k_crossentropy_backward},
   {"adamw", k_adamw},
+  {"lora_add", k_lora_add},
+  {"lora_add_backward", k_lora_add_backward},
+  {"ema", k_ema},
   {NULL, NULL},
 };

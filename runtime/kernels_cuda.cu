@@ -476,19 +476,22 @@ static int k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "layernorm_backward";
-  REQUIRE(a->nin == 5 && a->nout == 3, "want 5 inputs (dy, x, w, mean, rstd) and 3 outputs (dx, dw, db)");
+  const rt_View *g[3];
+  REQUIRE(a->nin == 5 && rt_grad_outputs(a, 3, g) == 0 && !g[1] == !g[2],
+          "want 5 inputs (dy, x, w, mean, rstd) and outputs (dx, dw, db) or those \"grads\" names");
   const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *mean = &a->in[3], *rstd = &a->in[4];
-  const rt_View *dx = &a->out[0], *dw = &a->out[1], *db = &a->out[2];
+  const rt_View *dx = g[0], *dw = g[1], *db = g[2];
   int64_t C = last_dim(x), N = C ? x->numel / C : 0;
-  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) && is_float(db),
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && (!dx || is_float(dx)) && (!dw || (is_float(dw) && is_float(db))),
           "dy, x, w, dx, dw, db must be float");
   REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
-  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C && db->numel == C &&
-          mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
+  REQUIRE(dy->numel == x->numel && (!dx || dx->numel == x->numel) && w->numel == C && (!dw || dw->numel == C) &&
+          (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
-  layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
-  colsum(ctx_of(a), dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
+  if (dx)
+    layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
+  if (dw) colsum(ctx_of(a), dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
   return launched(err, errlen, OP);
 }
 
@@ -533,18 +536,19 @@ static int k_rmsnorm(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "rmsnorm_backward";
-  REQUIRE(a->nin == 4 && a->nout == 2, "want 4 inputs (dy, x, w, rstd) and 2 outputs (dx, dw)");
-  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *rstd = &a->in[3];
-  const rt_View *dx = &a->out[0], *dw = &a->out[1];
+  const rt_View *g[2];
+  REQUIRE(a->nin == 4 && rt_grad_outputs(a, 2, g) == 0,
+          "want 4 inputs (dy, x, w, rstd) and outputs (dx, dw) or those \"grads\" names");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *rstd = &a->in[3], *dx = g[0], *dw = g[1];
   int64_t C = last_dim(x), N = C ? x->numel / C : 0;
-  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && is_float(dx) && is_float(dw) && rstd->dtype == RT_F32,
-          "dy, x, w, dx, dw must be float and rstd f32");
-  REQUIRE(dy->numel == x->numel && dx->numel == x->numel && w->numel == C && dw->numel == C && rstd->numel == N,
-          "shapes do not match rmsnorm's");
+  REQUIRE(is_float(dy) && is_float(x) && is_float(w) && (!dx || is_float(dx)) && (!dw || is_float(dw)) &&
+          rstd->dtype == RT_F32, "dy, x, w, dx, dw must be float and rstd f32");
+  REQUIRE(dy->numel == x->numel && (!dx || dx->numel == x->numel) && w->numel == C && (!dw || dw->numel == C) &&
+          rstd->numel == N, "shapes do not match rmsnorm's");
   cudaStream_t s = ctx_of(a)->stream;
   const float *rp = (const float *)rstd->data;
-  rmsnorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), rp, N, C);
-  colsum(ctx_of(a), dv(dw), dv_none(), dv(dy), dv(x), NULL, rp, N, C, COLSUM_DY_XHAT_RMS);
+  if (dx) rmsnorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), rp, N, C);
+  if (dw) colsum(ctx_of(a), dv(dw), dv_none(), dv(dy), dv(x), NULL, rp, N, C, COLSUM_DY_XHAT_RMS);
   return launched(err, errlen, OP);
 }
 
@@ -651,20 +655,24 @@ static int k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   const char *OP = "matmul_backward";
-  REQUIRE(a->nin == 3 && (a->nout == 2 || a->nout == 3), "want inputs (dy, x, w) and outputs (dx, dw[, dbias])");
-  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2];
-  const rt_View *dx = &a->out[0], *dw = &a->out[1], *dbias = a->nout == 3 ? &a->out[2] : NULL;
-  REQUIRE(is_float(x) && dy->dtype == x->dtype && w->dtype == x->dtype && dx->dtype == x->dtype &&
-          dw->dtype == x->dtype && (!dbias || is_float(dbias)), "dy, x, w, dx, dw must share one float dtype on CUDA");
+  const rt_View *g[3];
+  REQUIRE(a->nin == 3 && a->nout >= 1 && rt_grad_outputs(a, 3, g) == 0,
+          "want inputs (dy, x, w) and outputs (dx, dw[, dbias]) or those \"grads\" names");
+  const rt_View *dy = &a->in[0], *x = &a->in[1], *w = &a->in[2], *dx = g[0], *dw = g[1], *dbias = g[2];
+  REQUIRE(is_float(x) && dy->dtype == x->dtype && w->dtype == x->dtype && (!dx || dx->dtype == x->dtype) &&
+          (!dw || dw->dtype == x->dtype) && (!dbias || is_float(dbias)),
+          "dy, x, w, dx, dw must share one float dtype on CUDA");
   int64_t C = last_dim(x), N = C ? x->numel / C : 0;
   REQUIRE(w->rank == 2 && w->shape[1] == C, "w must be [OC, C] with C the last dim of x");
   int64_t OC = w->shape[0];
-  REQUIRE(dy->numel == N * OC && dx->numel == x->numel && dw->numel == w->numel && (!dbias || dbias->numel == OC),
-          "shapes do not match matmul's");
+  REQUIRE(dy->numel == N * OC && (!dx || dx->numel == x->numel) && (!dw || dw->numel == w->numel) &&
+          (!dbias || dbias->numel == OC), "shapes do not match matmul's");
   rt_CudaKernelCtx *c = ctx_of(a);
   /* dx^T(C,N) = w^T(C,OC) dy^T(OC,N); dw^T(C,OC) += x^T(C,N) dy(N,OC) */
-  int rc = lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, err, errlen);
-  if (!rc) rc = lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, err, errlen);
+  int rc = 0;
+  if (dx) rc = lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, err, errlen);
+  if (!rc && dw)
+    rc = lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, err, errlen);
   if (rc || !dbias) return rc;
   colsum(c, dv(dbias), dv_none(), dv(dy), dv_none(), NULL, NULL, N, OC, COLSUM_DY);
   return launched(err, errlen, OP);
@@ -1321,6 +1329,57 @@ static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
   return launched(err, errlen, OP);
 }
 
+/* ------------------------------------------------------------ lora_add */
+
+/* out = base, with columns [off, off + W) plus scale * v (kernels_cpu.c). */
+__global__ void lora_add_k(DV out, DV base, DV v, float scale, int64_t N, int64_t OC, int64_t W, int64_t off) {
+  GRID_STRIDE(i, N * OC) {
+    float y = ld(base, i);
+    int64_t n = i / OC, j = i % OC - off;
+    if (j >= 0 && j < W) y = y + scale * ld(v, n * W + j);
+    st(out, i, y);
+  }
+}
+
+/* dv[n, j] = scale * dy[n, off + j] */
+__global__ void lora_add_backward_k(DV dv_, DV dy, float scale, int64_t N, int64_t OC, int64_t W, int64_t off) {
+  GRID_STRIDE(i, N * W) st(dv_, i, scale * ld(dy, i / W * OC + off + i % W));
+}
+
+static int lora_shape(const rt_KernelArgs *a, const rt_View *y, const rt_View *v, int64_t *N, int64_t *OC, int64_t *W,
+                      int64_t *off, char *err, size_t errlen, const char *OP) {
+  *OC = last_dim(y), *W = last_dim(v), *N = *OC ? y->numel / *OC : 0;
+  double o = rt_attr(a, "offset", 0.0);
+  REQUIRE(is_float(y) && is_float(v) && *W > 0 && v->numel == *N * *W, "y [.., OC] and v [.., W] must be float, same rows");
+  REQUIRE(o >= 0 && o == (double)(int64_t)o && (int64_t)o + *W <= *OC, "offset %g + W %lld exceeds OC %lld", o,
+          (long long)*W, (long long)*OC);
+  *off = (int64_t)o;
+  return 0;
+}
+
+static int k_lora_add(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "lora_add";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want inputs (y, v) and 1 output");
+  int64_t N, OC, W, off;
+  int rc = lora_shape(a, &a->in[0], &a->in[1], &N, &OC, &W, &off, err, errlen, OP);
+  if (rc) return rc;
+  REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "the output must be float, y's size");
+  lora_add_k<<<nblocks(N * OC, THREADS), THREADS, 0, ctx_of(a)->stream>>>(
+      dv(&a->out[0]), dv(&a->in[0]), dv(&a->in[1]), (float)rt_attr(a, "scale", 1.0), N, OC, W, off);
+  return launched(err, errlen, OP);
+}
+
+static int k_lora_add_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "lora_add_backward";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want input dy and output dv");
+  int64_t N, OC, W, off;
+  int rc = lora_shape(a, &a->in[0], &a->out[0], &N, &OC, &W, &off, err, errlen, OP);
+  if (rc) return rc;
+  lora_add_backward_k<<<nblocks(N * W, THREADS), THREADS, 0, ctx_of(a)->stream>>>(
+      dv(&a->out[0]), dv(&a->in[0]), (float)rt_attr(a, "scale", 1.0), N, OC, W, off);
+  return launched(err, errlen, OP);
+}
+
 /* -------------------------------------------------------- crossentropy */
 
 /* Block-wide reductions in a fixed tree: every thread ends with the value. */
@@ -1480,6 +1539,26 @@ static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
   return launched(err, errlen, OP);
 }
 
+/* ----------------------------------------------------------------- ema */
+
+__global__ void ema_k(float *out, const float *ema, DV param, float d, int64_t n) {
+  float c = 1.0f - d;
+  GRID_STRIDE(i, n) out[i] = d * ema[i] + c * ld(param, i);
+}
+
+static int k_ema(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "ema";
+  REQUIRE(a->nin == 2 && a->nout == 1, "want inputs (ema, param) and output ema");
+  const rt_View *e = &a->in[0], *p = &a->in[1], *out = &a->out[0];
+  double decay = rt_attr(a, "decay", -1.0);
+  REQUIRE(e->dtype == RT_F32 && out->dtype == RT_F32 && is_float(p) && e->numel == p->numel && out->numel == p->numel,
+          "ema f32 and param float, the same size");
+  REQUIRE(decay >= 0 && decay <= 1, "attribute decay %g must be in [0, 1]", decay);
+  ema_k<<<nblocks(p->numel, THREADS), THREADS, 0, ctx_of(a)->stream>>>((float *)out->data, (const float *)e->data,
+                                                                       dv(p), (float)decay, p->numel);
+  return launched(err, errlen, OP);
+}
+
 /* ------------------------------------------------------------ registry */
 
 static const rt_KernelEntry cuda_kernels[] = {
@@ -1505,6 +1584,9 @@ static const rt_KernelEntry cuda_kernels[] = {
   {"crossentropy", k_crossentropy},
   {"crossentropy_backward", k_crossentropy_backward},
   {"adamw", k_adamw},
+  {"lora_add", k_lora_add},
+  {"lora_add_backward", k_lora_add_backward},
+  {"ema", k_ema},
   {NULL, NULL},
 };
 

@@ -159,8 +159,8 @@ void rt_fast_matmul_backward(rt_Pool *pool, const rt_View *dx, const rt_View *dw
                              const rt_View *x, const rt_View *w, int64_t N, int64_t C, int64_t OC) {
   Matmul k = {NULL, x, w, NULL, dx, dw, dy, N, C, OC, rt_pool_chunk(N, mm_grain(OC, C)),
               rt_pool_chunk(OC, mm_grain(N, C)), 0};
-  k.ntasks_x = (N + k.chunk - 1) / k.chunk;
-  rt_pool_run(pool, k.ntasks_x + (OC + k.chunk_w - 1) / k.chunk_w, matmul_backward_task, &k);
+  k.ntasks_x = dx ? (N + k.chunk - 1) / k.chunk : 0;
+  rt_pool_run(pool, k.ntasks_x + (dw ? (OC + k.chunk_w - 1) / k.chunk_w : 0), matmul_backward_task, &k);
 }
 
 /* ------------------------------------------------------------- attention */

@@ -40,7 +40,7 @@ typedef struct rt_AttnShape {
 /* Kernels' bodies once their arguments are checked, on POOL's threads. */
 void rt_fast_matmul_forward(rt_Pool *pool, const rt_View *y, const rt_View *x, const rt_View *w,
                             const rt_View *bias, int64_t N, int64_t C, int64_t OC);
-/* dx and dw (dbias is the caller's). */
+/* dx and dw, either NULL when not wanted (dbias is the caller's). */
 void rt_fast_matmul_backward(rt_Pool *pool, const rt_View *dx, const rt_View *dw, const rt_View *dy,
                              const rt_View *x, const rt_View *w, int64_t N, int64_t C, int64_t OC);
 /* 0 when done, 1 when the shapes need more scratch than a thread has (the

@@ -153,6 +153,19 @@ static const GradCase cases[] = {
   {"attention_big", "attention", "attention_backward", 1, {F3(2, 16, 96)}, 2,
    {F3(2, 16, 64), S3(2, 4, 16)}, 0, 0, 4, {SRC_DY, 0, SRC_OUT + 0, SRC_OUT + 1}, 1, {0}, {0},
    {{"heads", 4}, {"kv_heads", 1}}, 2, 2 * 16 * 64 * 4, 0},
+  /* Frozen weights (LoRA): attribute "grads" leaves gradients out. */
+  {"layernorm_dx", "layernorm", "layernorm_backward", 3, {F3(2, 3, 7), F1(7), F1(7)}, 3,
+   {F3(2, 3, 7), S2(2, 3), S2(2, 3)}, 0, 0, 5, {SRC_DY, 0, 1, SRC_OUT + 1, SRC_OUT + 2}, 1,
+   {0}, {0}, {{"eps", 1e-5}, {"grads", 1}}, 2, 0, 0},
+  {"rmsnorm_dx", "rmsnorm", "rmsnorm_backward", 2, {F3(2, 3, 7), F1(7)}, 2, {F3(2, 3, 7), S2(2, 3)}, 0,
+   0, 4, {SRC_DY, 0, 1, SRC_OUT + 1}, 1, {0}, {0}, {{"eps", 1e-5}, {"grads", 1}}, 2, 0, 0},
+  {"matmul_dx", "matmul", "matmul_backward", 3, {F3(2, 3, 5), F2(4, 5), F1(4)}, 1, {F3(2, 3, 4)},
+   0, 0, 3, {SRC_DY, 0, 1}, 1, {0}, {0}, {{"grads", 1}}, 1, 0, 0},
+  {"matmul_dw", "matmul", "matmul_backward", 2, {F3(2, 3, 5), F2(4, 5)}, 1, {F3(2, 3, 4)}, 0, 0, 3,
+   {SRC_DY, 0, 1}, 1, {1}, {1}, {{"grads", 2}}, 1, 0, 0},
+  /* A LoRA adapter's output v added, scaled, into columns 2..4 of y. */
+  {"lora_add", "lora_add", "lora_add_backward", 2, {F3(2, 3, 7), F3(2, 3, 3)}, 1, {F3(2, 3, 7)}, 0, 0, 1,
+   {SRC_DY}, 1, {1}, {0}, {{"scale", 1.5}, {"offset", 2}}, 2, 0, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -404,6 +417,54 @@ static void test_adamw(int with_master) {
   T_CHECK(call("adamw", out, 3, in, 4, at, 5, NULL, 0, 0, err) == RT_KERNEL_EARGS && strstr(err, "step"));
 }
 
+/* ema = decay * ema + (1 - decay) * param in f32, that order: bitwise, for
+ * f32 and bf16 params, over steps; and the arguments it refuses. */
+static void test_ema(void) {
+  int64_t n = 41;
+  for (int bf = 0; bf < 2; bf++) {
+    rt_View e = mkview(RT_F32, 1, &n), p = mkview(bf ? RT_BF16 : RT_F32, 1, &n);
+    float want[41];
+    for (int i = 0; i < n; i++) ((float *)e.data)[i] = want[i] = rnd();
+    rt_Attr at[1] = {{"decay", 0.9}};
+    char err[256];
+    int bad = 0;
+    for (int step = 1; step <= 3; step++) {
+      for (int i = 0; i < n; i++) rt_store(&p, i, rnd());
+      rt_View in[2] = {e, p}, out[1] = {e};
+      T_CHECKF(call("ema", out, 1, in, 2, at, 1, NULL, 0, step, err) == 0, "%s", err);
+      float d = 0.9f, c = 1.0f - d;
+      for (int i = 0; i < n; i++) {
+        want[i] = d * want[i] + c * rt_load(&p, i);
+        bad += memcmp(&want[i], (float *)e.data + i, sizeof(float)) != 0;
+      }
+    }
+    T_CHECKF(bad == 0, "%d ema elements differ from the formula (%s param)", bad, bf ? "bf16" : "f32");
+    rt_Attr bad_decay[1] = {{"decay", 1.5}};
+    rt_View in[2] = {e, p}, out[1] = {e};
+    T_CHECK(call("ema", out, 1, in, 2, bad_decay, 1, NULL, 0, 1, err) == RT_KERNEL_EARGS && strstr(err, "decay"));
+    rt_View in_bf[2] = {p, p}, out_bf[1] = {p};
+    if (bf) T_CHECK(call("ema", out_bf, 1, in_bf, 2, at, 1, NULL, 0, 1, err) == RT_KERNEL_EARGS && strstr(err, "f32"));
+  }
+}
+
+static void test_grads_attr(void) {
+  int64_t xs[2] = {3, 5}, ws[2] = {4, 5}, ys[2] = {3, 4};
+  rt_View x = mkview(RT_F32, 2, xs), w = mkview(RT_F32, 2, ws), dy = mkview(RT_F32, 2, ys), dx = mkview(RT_F32, 2, xs);
+  rt_View in[3] = {dy, x, w}, out[2] = {dx, dx};
+  char err[256];
+  const double masks[] = {8, 3, 0.5, 1e300};
+  for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+    rt_Attr at[1] = {{"grads", masks[i]}};
+    T_CHECKF(call("matmul_backward", out, 1, in, 3, at, 1, NULL, 0, 1, err) == RT_KERNEL_EARGS && strstr(err, "grads"),
+             "grads %g with 1 output: %s", masks[i], err);
+  }
+  rt_Attr ln[1] = {{"grads", 2}}; /* dw without db */
+  int64_t c = 5, r = 3;
+  rt_View lw = mkview(RT_F32, 1, &c), st = mkview(RT_F32, 1, &r);
+  rt_View lin[5] = {dx, x, lw, st, st}, lout[1] = {lw};
+  T_CHECK(call("layernorm_backward", lout, 1, lin, 5, ln, 1, NULL, 0, 1, err) == RT_KERNEL_EARGS);
+}
+
 static void test_bf16_convert(void) {
   T_CHECK(rt_f32_to_bf16(1.0f) == 0x3f80);
   T_CHECK(rt_f32_to_bf16(-2.0f) == 0xc000);
@@ -444,7 +505,8 @@ static void test_registry(void) {
   const char *types[] = {"encoder", "encoder_backward", "embedding", "embedding_backward", "layernorm",
                          "layernorm_backward", "rmsnorm", "rmsnorm_backward", "matmul", "matmul_backward",
                          "attention", "attention_backward", "rope", "rope_backward", "gelu", "gelu_backward",
-                         "swiglu", "swiglu_backward", "add", "crossentropy", "crossentropy_backward", "adamw"};
+                         "swiglu", "swiglu_backward", "add", "crossentropy", "crossentropy_backward", "adamw",
+                         "lora_add", "lora_add_backward", "ema"};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) T_CHECKF(rt_kernel_find(types[i]), "%s", types[i]);
   T_CHECK(rt_kernel_find("conv2d") == NULL);
   T_CHECK(rt_kernel_find("my_op") == NULL);
@@ -545,6 +607,15 @@ static const GradCase fast_cases[] = {
    1, {0}, {0}, {{0}}, 0, 0, 0},
   {"crossentropy", "crossentropy", "crossentropy_backward", 2, {F3(4, 100, 77), I2(4, 100, 77)}, 2,
    {{'s', 1, {1}, 0}, S2(4, 100)}, 0, 1, 3, {0, SRC_OUT + 1, 1}, 1, {0}, {0}, {{0}}, 0, 0, 0},
+  {"matmul_dx", "matmul", "matmul_backward", 3, {F3(4, 100, 96), F2(80, 96), F1(80)}, 1, {F3(4, 100, 80)},
+   0, 0, 3, {SRC_DY, 0, 1}, 1, {0}, {0}, {{"grads", 1}}, 1, 0, 0},
+  {"matmul_dw", "matmul", "matmul_backward", 2, {F3(4, 100, 96), F2(8, 96)}, 1, {F3(4, 100, 8)}, 0, 0, 3,
+   {SRC_DY, 0, 1}, 1, {1}, {1}, {{"grads", 2}}, 1, 0, 0},
+  {"lora_add", "lora_add", "lora_add_backward", 2, {F3(4, 100, 96), F3(4, 100, 32)}, 1, {F3(4, 100, 96)}, 0, 0,
+   1, {SRC_DY}, 1, {1}, {0}, {{"scale", 2.0}, {"offset", 64}}, 2, 0, 0},
+  {"layernorm_dx", "layernorm", "layernorm_backward", 3, {F3(4, 40, 300), F1(300), F1(300)}, 3,
+   {F3(4, 40, 300), S2(4, 40), S2(4, 40)}, 0, 0, 5, {SRC_DY, 0, 1, SRC_OUT + 1, SRC_OUT + 2}, 1, {0}, {0},
+   {{"eps", 1e-5}, {"grads", 1}}, 2, 0, 0},
 };
 #define NFAST ((int)(sizeof fast_cases / sizeof fast_cases[0]))
 
@@ -675,6 +746,8 @@ int main(int argc, char **argv) {
   T_CASE("matmul and its backward equal naive loops bitwise across block edges") test_matmul_naive();
   T_CASE("adamw matches the scalar formula over 5 steps (f32)") test_adamw(0);
   T_CASE("adamw with an f32 master and bf16 params") test_adamw(1);
+  T_CASE("ema is decay * ema + (1 - decay) * param in f32, bitwise, over 3 steps") test_ema();
+  T_CASE("a \"grads\" attribute that does not match the outputs is refused") test_grads_attr();
   T_CASE("add, mixed storage") test_add();
   T_CASE("attention is causal and per-batch") test_attention_causal();
   rt_Pool *p1 = NULL, *p2 = NULL;

@@ -98,6 +98,12 @@ def forward(op, ins, a):
         V = int(a.get("vocab", lg.shape[-1]))  # a padded vocabulary's classes
         lg = lg[..., :V]
         return [F.cross_entropy(lg.reshape(-1, V), tg.reshape(-1)).reshape(1), torch.logsumexp(lg, -1)]
+    if op == "lora_add":
+        # PEFT: result + lora_B(lora_A(x)) * scaling, on columns [offset, offset + W) of the projection.
+        y, v = ins
+        off, W = int(a.get("offset", 0)), v.shape[-1]
+        pad = [off, y.shape[-1] - off - W]
+        return [y + F.pad(v * a.get("scale", 1.0), pad)]
     raise ValueError("no torch reference for " + op)
 
 
