@@ -183,6 +183,10 @@ static int parse_tensor(Ctx *c, const JsonPath *p, const cJSON *obj, Tensor *t) 
     if (enum_field(c, &pk, kind, "kind", kind_names, KIND_COUNT, &v)) return -1;
     t->kind = (Kind)v;
   }
+  const cJSON *frozen = json_get(obj, "frozen");
+  JsonPath pf = {p, "frozen", 0};
+  if (frozen && json_bool(c->file, &pf, frozen, &t->frozen, c->e)) return -1;
+  if (t->frozen && t->kind != KIND_PARAM) return json_err(c->e, c->file, &pf, "only a param can be frozen");
   JsonPath ps = {p, "shape", 0};
   const cJSON *shape = json_get(obj, "shape");
   int rank;

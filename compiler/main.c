@@ -25,7 +25,9 @@ static const struct {
     {"simulate", "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"},
     {"info", "  ration info GRAPH [--device D]\n"},
     {"model", "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N --vocab-pad N\n"
-              "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S] -o FILE\n"},
+              "                    --seq N --batch N --dtype f32|bf16 --tied --lr X --theta X --name S\n"
+              "                    --lora RANK --lora-alpha X --lora-targets q,k,v,o,gate,up,down --ema DECAY\n"
+              "                    --loss-chunks K] -o FILE\n"},
     {"report", "  ration report GRAPH --device D [--points N | --budgets LIST] [--strategies LIST]\n"
                "                    [--time-limit SEC] [--solver glpk|cbc] [--costs FILE] -o DIR\n"
                "      writes DIR/report.html, DIR/report.csv and DIR/report.md\n"},
@@ -283,8 +285,9 @@ static int parse_int_opt(const char *opt, const char *arg) {
  * took, or 0 when argv[i] is not a model flag. */
 static int model_flag(ModelConfig *c, int argc, char **argv, int i) {
   static const char *const int_opts[] = {"--layers", "--dim", "--heads", "--kv-heads", "--ffn",
-                                         "--vocab",  "--vocab-pad", "--seq", "--batch"};
-  int *int_vals[] = {&c->layers, &c->dim, &c->heads, &c->kv_heads, &c->ffn, &c->vocab, &c->vocab_pad, &c->seq, &c->batch};
+                                         "--vocab",  "--vocab-pad", "--seq", "--batch", "--lora", "--loss-chunks"};
+  int *int_vals[] = {&c->layers, &c->dim,       &c->heads, &c->kv_heads, &c->ffn,       &c->vocab,
+                     &c->vocab_pad, &c->seq, &c->batch, &c->lora_rank, &c->loss_chunks};
   const int nint = (int)(sizeof int_vals / sizeof int_vals[0]);
   const char *a = argv[i];
   if (!strcmp(a, "--tied")) {
@@ -293,7 +296,11 @@ static int model_flag(ModelConfig *c, int argc, char **argv, int i) {
   }
   int k = 0;
   while (k < nint && strcmp(a, int_opts[k])) k++;
-  bool known = k < nint || !strcmp(a, "--dtype") || !strcmp(a, "--lr") || !strcmp(a, "--theta") || !strcmp(a, "--name");
+  static const char *const real_opts[] = {"--lr", "--theta", "--lora-alpha", "--ema"};
+  double *real_vals[] = {&c->lr, &c->theta, &c->lora_alpha, &c->ema_decay};
+  int r = 0;
+  while (r < 4 && strcmp(a, real_opts[r])) r++;
+  bool known = k < nint || r < 4 || !strcmp(a, "--dtype") || !strcmp(a, "--name") || !strcmp(a, "--lora-targets");
   if (!known) return 0;
   if (i + 1 >= argc) die_usage("%s needs a value", a);
   const char *v = argv[i + 1];
@@ -304,11 +311,14 @@ static int model_flag(ModelConfig *c, int argc, char **argv, int i) {
     c->dtype = strcmp(v, "f32") ? DT_BF16 : DT_F32;
   } else if (!strcmp(a, "--name")) {
     c->name = v;
+  } else if (!strcmp(a, "--lora-targets")) {
+    Err e;
+    if (model_lora_targets(v, &c->lora_targets, &e)) die(&e);
   } else {
     char *end;
     double x = strtod(v, &end);
     if (end == v || *end || !(x > 0)) die_usage("%s needs a positive number", a);
-    *(!strcmp(a, "--lr") ? &c->lr : &c->theta) = x;
+    *real_vals[r] = x;
   }
   return 2;
 }

@@ -30,7 +30,9 @@ typedef struct MTensor {
   int64_t numel, bytes;
   DType dtype;
   Kind kind;
-  int grad; /* a param's grad tensor, else -1 */
+  int grad;    /* a param's grad tensor, else -1 */
+  int ema;     /* a param's EMA state, else -1 */
+  bool frozen; /* a param that does not train (LoRA's base weights) */
 } MTensor;
 
 typedef struct MAttr {
@@ -55,7 +57,8 @@ typedef struct Builder {
   MOp *o;
   int no, capo;
   Phase phase;
-  bool full; /* capacity exceeded: a bug in the capacity estimate */
+  bool freeze; /* params made now are frozen (LoRA base weights) */
+  bool full;   /* capacity exceeded: a bug in the capacity estimate */
   bool overflow;
 } Builder;
 
@@ -99,7 +102,8 @@ static int new_tensor(Builder *b, Kind kind, DType dt, Shape s, const char *fmt,
   t->bytes = mul(b, t->numel, graph_dtype_size(dt));
   t->dtype = dt;
   t->kind = kind;
-  t->grad = -1;
+  t->grad = t->ema = -1;
+  t->frozen = false;
   return b->nt++;
 }
 
@@ -109,7 +113,8 @@ static Shape shape_of(const Builder *b, int t) {
   return s;
 }
 
-/* A weight with its grad, AdamW moments and (bf16 only) f32 master copy. */
+/* A weight with its grad, AdamW moments, (bf16 only) f32 master copy and
+ * (--ema) EMA; a frozen one (while b->freeze) is the weight alone. */
 static int param(Builder *b, Shape s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int param(Builder *b, Shape s, const char *fmt, ...) {
   char name[MODEL_NAME_LEN];
@@ -119,11 +124,16 @@ static int param(Builder *b, Shape s, const char *fmt, ...) {
   va_end(ap);
   DType dt = b->c->dtype;
   int p = new_tensor(b, KIND_PARAM, dt, s, "%s", name);
+  if (b->freeze) {
+    b->t[p].frozen = true;
+    return p;
+  }
   int g = new_tensor(b, KIND_GRAD, dt, s, "grad.%s", name);
   new_tensor(b, KIND_OPTSTATE, DT_F32, s, "adam.m.%s", name);
   new_tensor(b, KIND_OPTSTATE, DT_F32, s, "adam.v.%s", name);
   if (dt != DT_F32) new_tensor(b, KIND_OPTSTATE, DT_F32, s, "adam.master.%s", name);
   b->t[p].grad = g;
+  if (b->c->ema_decay > 0) b->t[p].ema = new_tensor(b, KIND_OPTSTATE, DT_F32, s, "ema.%s", name);
   return p;
 }
 
@@ -209,6 +219,36 @@ static int matmul(Builder *b, const char *p, int x, int64_t oc, bool bias, int s
   return y;
 }
 
+static unsigned lora_targets(const ModelConfig *c) {
+  return c->lora_targets ? c->lora_targets : MODEL_LORA_Q | MODEL_LORA_V;
+}
+
+/* With --lora and TARGET selected: a LoRA adapter on columns [off, off +
+ * width) of projection y = x w^T (PEFT's layout and init): u = x A^T with
+ * A [r, C], v = u B^T with B [width, r] (zero at init, runtime/rt_init.c),
+ * and y + (alpha / r) v, where only A and B train. Else y itself. */
+static int adapt(Builder *b, const char *p, const char *target, unsigned bit, int x, int y, int64_t off,
+                 int64_t width) {
+  const ModelConfig *c = b->c;
+  if (!c->lora_rank || !(lora_targets(c) & bit)) return y;
+  char n[MODEL_NAME_LEN], nb[MODEL_NAME_LEN];
+  snprintf(n, sizeof n, "%s.lora_%s", p, target);
+  snprintf(nb, sizeof nb, "%s.lora_%s.a", p, target);
+  b->freeze = false;
+  int u = matmul(b, nb, x, c->lora_rank, false, -1);
+  snprintf(nb, sizeof nb, "%s.lora_%s.b", p, target);
+  int v = matmul(b, nb, u, width, false, -1);
+  b->freeze = true;
+  int out = act(b, c->dtype, shape_of(b, y), n, "y");
+  MOp *o = new_op(b, "lora_add", "%s", n);
+  op_in(b, o, y);
+  op_in(b, o, v);
+  op_out(b, o, out);
+  op_attr(b, o, "scale", (c->lora_alpha > 0 ? c->lora_alpha : c->lora_rank) / c->lora_rank);
+  op_attr(b, o, "offset", (double)off);
+  return out;
+}
+
 /* One input, one output of the same dtype; out_shape NULL keeps x's shape. */
 static int unary(Builder *b, const char *type, const char *p, int x, const Shape *out_shape) {
   int y = act(b, b->c->dtype, out_shape ? *out_shape : shape_of(b, x), p, "y");
@@ -251,6 +291,7 @@ static void build_lm(Builder *b, bool llama) {
   int64_t KVH = c->kv_heads, hd = C / NH, F = c->ffn;
   int tokens = new_tensor(b, KIND_INPUT, DT_I32, SHAPE(B, T), "tokens");
   int targets = new_tensor(b, KIND_INPUT, DT_I32, SHAPE(B, T), "targets");
+  b->freeze = c->lora_rank > 0;
   int wte = param(b, SHAPE(V, C), "wte");
   char p[MODEL_NAME_LEN];
 
@@ -274,6 +315,9 @@ static void build_lm(Builder *b, bool llama) {
     int h = norm(b, p, x, llama);
     snprintf(p, sizeof p, "l%d.qkv", l);
     int qkv = matmul(b, p, h, (NH + 2 * KVH) * hd, !llama, -1);
+    qkv = adapt(b, p, "q", MODEL_LORA_Q, h, qkv, 0, NH * hd);
+    qkv = adapt(b, p, "k", MODEL_LORA_K, h, qkv, NH * hd, KVH * hd);
+    qkv = adapt(b, p, "v", MODEL_LORA_V, h, qkv, (NH + KVH) * hd, KVH * hd);
     if (llama) {
       snprintf(p, sizeof p, "l%d.rope", l);
       qkv = unary(b, "rope", p, qkv, NULL);
@@ -292,6 +336,7 @@ static void build_lm(Builder *b, bool llama) {
     op_attr(b, o, "kv_heads", (double)KVH);
     snprintf(p, sizeof p, "l%d.attproj", l);
     int proj = matmul(b, p, atty, C, !llama, -1);
+    proj = adapt(b, p, "o", MODEL_LORA_O, atty, proj, 0, C);
     char opn[MODEL_NAME_LEN], out[MODEL_NAME_LEN];
     snprintf(opn, sizeof opn, "l%d.res1", l);
     snprintf(out, sizeof out, "l%d.res1.y", l);
@@ -302,18 +347,23 @@ static void build_lm(Builder *b, bool llama) {
     if (llama) {
       snprintf(p, sizeof p, "l%d.w13", l);
       int gu = matmul(b, p, h, 2 * F, false, -1);
+      gu = adapt(b, p, "gate", MODEL_LORA_GATE, h, gu, 0, F);
+      gu = adapt(b, p, "up", MODEL_LORA_UP, h, gu, F, F);
       snprintf(p, sizeof p, "l%d.swiglu", l);
       Shape fs = SHAPE(B, T, F);
       int s = unary(b, "swiglu", p, gu, &fs);
       snprintf(p, sizeof p, "l%d.w2", l);
       mlp = matmul(b, p, s, C, false, -1);
+      mlp = adapt(b, p, "down", MODEL_LORA_DOWN, s, mlp, 0, C);
     } else {
       snprintf(p, sizeof p, "l%d.fc", l);
       int fc = matmul(b, p, h, F, true, -1);
+      fc = adapt(b, p, "up", MODEL_LORA_UP, h, fc, 0, F);
       snprintf(p, sizeof p, "l%d.gelu", l);
       int g = unary(b, "gelu", p, fc, NULL);
       snprintf(p, sizeof p, "l%d.fcproj", l);
       mlp = matmul(b, p, g, C, true, -1);
+      mlp = adapt(b, p, "down", MODEL_LORA_DOWN, g, mlp, 0, C);
     }
     snprintf(opn, sizeof opn, "l%d.res2", l);
     if (l + 1 < c->layers) snprintf(out, sizeof out, "l%d.x", l + 1);
@@ -444,31 +494,40 @@ enum { R_END = -1, R_DY = 99 };
 /* Backward op per forward type: what it reads (dy, forward inputs, forward
  * outputs, in order) and the slot names of the forward inputs, used to name
  * partial gradients. Its outputs are the gradients of the forward inputs
- * that are not graph inputs, in input order. */
+ * that need one (not graph inputs, frozen params or what only they feed),
+ * in input order; an op that leaves some out says which it has in
+ * attribute "grads" (docs/OPS.md). pass_first: the gradient of input 0 is
+ * dy itself, no output. */
 static const struct Rule {
   const char *type, *bwd;
   int reads[6];
   const char *slot[3];
-  bool copy_attrs;
+  bool copy_attrs, pass_first;
 } rules[] = {
-    {"encoder", "encoder_backward", {R_DY, R_IN(0), R_END}, {"tokens", "wte", "wpe"}, false},
-    {"embedding", "embedding_backward", {R_DY, R_IN(0), R_END}, {"tokens", "wte", NULL}, false},
-    {"layernorm", "layernorm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_OUT(2), R_END}, {"x", "w", "b"}, false},
-    {"rmsnorm", "rmsnorm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_END}, {"x", "w", NULL}, false},
-    {"matmul", "matmul_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "bias"}, false},
-    {"attention", "attention_backward", {R_DY, R_IN(0), R_OUT(0), R_OUT(1), R_END}, {"qkv", NULL, NULL}, true},
-    {"rope", "rope_backward", {R_DY, R_END}, {"qkv", NULL, NULL}, true},
-    {"gelu", "gelu_backward", {R_DY, R_IN(0), R_END}, {"x", NULL, NULL}, false},
-    {"swiglu", "swiglu_backward", {R_DY, R_IN(0), R_END}, {"gu", NULL, NULL}, false},
-    {"crossentropy", "crossentropy_backward", {R_IN(0), R_OUT(1), R_IN(1), R_END}, {"logits", "targets", NULL}, true},
-    {"conv2d", "conv2d_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "b"}, true},
-    {"downsample", "downsample_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "b"}, true},
-    {"group_norm", "group_norm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_OUT(2), R_END}, {"x", "w", "b"}, true},
-    {"silu", "silu_backward", {R_DY, R_IN(0), R_END}, {"x", NULL, NULL}, false},
-    {"upsample", "upsample_backward", {R_DY, R_END}, {"x", NULL, NULL}, true},
-    {"concat", "concat_backward", {R_DY, R_END}, {"x", "skip", NULL}, true},
-    {"mse_loss", "mse_loss_backward", {R_IN(0), R_IN(1), R_END}, {"y", "target", NULL}, false},
+    {"encoder", "encoder_backward", {R_DY, R_IN(0), R_END}, {"tokens", "wte", "wpe"}, false, false},
+    {"embedding", "embedding_backward", {R_DY, R_IN(0), R_END}, {"tokens", "wte", NULL}, false, false},
+    {"layernorm", "layernorm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_OUT(2), R_END}, {"x", "w", "b"}, false, false},
+    {"rmsnorm", "rmsnorm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_END}, {"x", "w", NULL}, false, false},
+    {"matmul", "matmul_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "bias"}, false, false},
+    {"attention", "attention_backward", {R_DY, R_IN(0), R_OUT(0), R_OUT(1), R_END}, {"qkv", NULL, NULL}, true, false},
+    {"rope", "rope_backward", {R_DY, R_END}, {"qkv", NULL, NULL}, true, false},
+    {"gelu", "gelu_backward", {R_DY, R_IN(0), R_END}, {"x", NULL, NULL}, false, false},
+    {"swiglu", "swiglu_backward", {R_DY, R_IN(0), R_END}, {"gu", NULL, NULL}, false, false},
+    {"crossentropy", "crossentropy_backward", {R_IN(0), R_OUT(1), R_IN(1), R_END}, {"logits", "targets", NULL}, true, false},
+    {"conv2d", "conv2d_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "b"}, true, false},
+    {"downsample", "downsample_backward", {R_DY, R_IN(0), R_IN(1), R_END}, {"x", "w", "b"}, true, false},
+    {"group_norm", "group_norm_backward", {R_DY, R_IN(0), R_IN(1), R_OUT(1), R_OUT(2), R_END}, {"x", "w", "b"}, true, false},
+    {"silu", "silu_backward", {R_DY, R_IN(0), R_END}, {"x", NULL, NULL}, false, false},
+    {"upsample", "upsample_backward", {R_DY, R_END}, {"x", NULL, NULL}, true, false},
+    {"concat", "concat_backward", {R_DY, R_END}, {"x", "skip", NULL}, true, false},
+    {"mse_loss", "mse_loss_backward", {R_IN(0), R_IN(1), R_END}, {"y", "target", NULL}, false, false},
+    {"lora_add", "lora_add_backward", {R_DY, R_END}, {"y", "v", NULL}, true, true},
 };
+
+/* The backward types whose kernels take attribute "grads". */
+static bool partial_grads_ok(const char *bwd) {
+  return !strcmp(bwd, "matmul_backward") || !strcmp(bwd, "layernorm_backward") || !strcmp(bwd, "rmsnorm_backward");
+}
 
 static const struct Rule *rule_for(const char *type) {
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
@@ -506,73 +565,11 @@ static void contribute(Builder *b, GradState *gs, int x, int gt) {
   gs->g[x] = sum;
 }
 
-static int build_backward(Builder *b, Err *e) {
-  int nfwd = b->no;
-  GradState gs = {util_xcalloc((size_t)b->capt, sizeof(int)), util_xcalloc((size_t)b->capt, sizeof(int)),
-                  util_xcalloc((size_t)b->capt, sizeof(int))};
-  int rc = 0;
-  if (!gs.g || !gs.total || !gs.left) {
-    rc = err_set(e, "model %s: out of memory", b->c->family);
-    goto done;
-  }
-  for (int i = 0; i < b->capt; i++) gs.g[i] = -1;
-  for (int i = 0; i < nfwd; i++)
-    for (int k = 0; k < b->o[i].nin; k++)
-      if (b->t[b->o[i].in[k]].kind == KIND_ACTIVATION) gs.total[b->o[i].in[k]]++;
-  memcpy(gs.left, gs.total, (size_t)b->capt * sizeof(int));
-
-  b->phase = PHASE_BACKWARD;
-  for (int i = nfwd - 1; i >= 0; i--) {
-    /* Copied: new_op may not move b->o, but the struct is read after it. */
-    MOp f = b->o[i];
-    int dy = -1;
-    const struct Rule *r = rule_for(f.type);
-    bool is_loss = r && r->reads[0] != R_DY;
-    if (!is_loss) {
-      dy = gs.g[f.out[0]];
-      if (dy < 0 || gs.left[f.out[0]] != 0) {
-        rc = err_set(e, "model %s: op %s does not reach the loss", b->c->family, f.name);
-        goto done;
-      }
-    }
-    if (strcmp(f.type, "add") == 0) {
-      contribute(b, &gs, f.in[0], dy);
-      contribute(b, &gs, f.in[1], dy);
-      continue;
-    }
-    if (!r) {
-      rc = err_set(e, "model %s: no backward rule for op type %s", b->c->family, f.type);
-      goto done;
-    }
-    MOp *o = new_op(b, r->bwd, "bwd.%s", f.name);
-    for (int k = 0; r->reads[k] != R_END; k++) {
-      int s = r->reads[k];
-      op_in(b, o, s == R_DY ? dy : s >= 10 ? f.out[s - 10] : f.in[s]);
-    }
-    if (r->copy_attrs)
-      for (int k = 0; k < f.nattrs; k++) op_attr(b, o, f.attrs[k].key, f.attrs[k].val);
-    int partial[MODEL_MAX_IO];
-    for (int k = 0; k < f.nin; k++) {
-      int x = f.in[k];
-      partial[k] = -1;
-      if (b->t[x].kind == KIND_PARAM) {
-        op_out(b, o, b->t[x].grad);
-      } else if (b->t[x].kind == KIND_ACTIVATION) {
-        if (gs.total[x] == 1)
-          partial[k] = new_tensor(b, KIND_ACTIVATION, b->t[x].dtype, shape_of(b, x), "grad.%s", b->t[x].name);
-        else
-          partial[k] = new_tensor(b, KIND_ACTIVATION, b->t[x].dtype, shape_of(b, x), "grad.%s.%s", f.name,
-                                  r->slot[k] ? r->slot[k] : "in");
-        op_out(b, o, partial[k]);
-      }
-    }
-    for (int k = 0; k < f.nin; k++)
-      if (partial[k] >= 0) contribute(b, &gs, f.in[k], partial[k]);
-  }
-
+/* Adds the optimizer phase: AdamW per trained param, then its EMA. */
+static void build_optimizer(Builder *b) {
   b->phase = PHASE_OPTIMIZER;
   for (int i = 0; i < b->nt; i++) {
-    if (b->t[i].kind != KIND_PARAM) continue;
+    if (b->t[i].kind != KIND_PARAM || b->t[i].grad < 0) continue;
     MOp *o = new_op(b, "adamw", "adamw.%s", b->t[i].name);
     /* param, grad, m, v (, master) were created in that order. */
     bool master = b->t[i].dtype != DT_F32;
@@ -591,11 +588,109 @@ static int build_backward(Builder *b, Err *e) {
     op_attr(b, o, "eps", 1e-8);
     /* Decay matrices and embeddings, not gains and biases (GPT-2 practice). */
     op_attr(b, o, "weight_decay", b->t[i].rank >= 2 ? b->c->weight_decay : 0);
+    if (b->t[i].ema < 0) continue;
+    /* The EMA follows the value the optimizer keeps: the master when there is one. */
+    o = new_op(b, "ema", "ema.%s", b->t[i].name);
+    op_in(b, o, b->t[i].ema);
+    op_in(b, o, master ? i + 4 : i);
+    op_out(b, o, b->t[i].ema);
+    op_attr(b, o, "decay", b->c->ema_decay);
   }
+}
+
+static int build_backward(Builder *b, Err *e) {
+  int nfwd = b->no;
+  GradState gs = {util_xcalloc((size_t)b->capt, sizeof(int)), util_xcalloc((size_t)b->capt, sizeof(int)),
+                  util_xcalloc((size_t)b->capt, sizeof(int))};
+  /* need[t]: t is a trained param or an activation computed from one. */
+  bool *need = util_xcalloc((size_t)b->capt, sizeof(bool));
+  int rc = 0;
+  if (!gs.g || !gs.total || !gs.left || !need) {
+    rc = err_set(e, "model %s: out of memory", b->c->family);
+    goto done;
+  }
+  for (int i = 0; i < b->nt; i++) need[i] = b->t[i].kind == KIND_PARAM && !b->t[i].frozen;
+  for (int i = 0; i < nfwd; i++) {
+    bool any = false;
+    for (int k = 0; k < b->o[i].nin; k++) any |= need[b->o[i].in[k]];
+    for (int k = 0; k < b->o[i].nout; k++) need[b->o[i].out[k]] = any;
+  }
+  for (int i = 0; i < b->capt; i++) gs.g[i] = -1;
+  for (int i = 0; i < nfwd; i++)
+    for (int k = 0; k < b->o[i].nin; k++)
+      if (b->t[b->o[i].in[k]].kind == KIND_ACTIVATION) gs.total[b->o[i].in[k]]++;
+  memcpy(gs.left, gs.total, (size_t)b->capt * sizeof(int));
+
+  b->phase = PHASE_BACKWARD;
+  for (int i = nfwd - 1; i >= 0; i--) {
+    /* Copied: new_op may not move b->o, but the struct is read after it. */
+    MOp f = b->o[i];
+    bool any = false;
+    for (int k = 0; k < f.nin; k++) any |= need[f.in[k]];
+    if (!any) continue; /* nothing upstream trains */
+    int dy = -1;
+    const struct Rule *r = rule_for(f.type);
+    bool is_loss = r && r->reads[0] != R_DY;
+    if (!is_loss) {
+      dy = gs.g[f.out[0]];
+      if (dy < 0 || gs.left[f.out[0]] != 0) {
+        rc = err_set(e, "model %s: op %s does not reach the loss", b->c->family, f.name);
+        goto done;
+      }
+    }
+    if (strcmp(f.type, "add") == 0) {
+      for (int k = 0; k < 2; k++)
+        if (need[f.in[k]]) contribute(b, &gs, f.in[k], dy);
+      continue;
+    }
+    if (!r) {
+      rc = err_set(e, "model %s: no backward rule for op type %s", b->c->family, f.type);
+      goto done;
+    }
+    if (r->pass_first && need[f.in[0]]) contribute(b, &gs, f.in[0], dy);
+    MOp *o = new_op(b, r->bwd, "bwd.%s", f.name);
+    for (int k = 0; r->reads[k] != R_END; k++) {
+      int s = r->reads[k];
+      op_in(b, o, s == R_DY ? dy : s >= 10 ? f.out[s - 10] : f.in[s]);
+    }
+    if (r->copy_attrs)
+      for (int k = 0; k < f.nattrs; k++) op_attr(b, o, f.attrs[k].key, f.attrs[k].val);
+    int partial[MODEL_MAX_IO];
+    unsigned mask = 0, all = 0;
+    for (int k = 0; k < f.nin; k++) {
+      int x = f.in[k];
+      partial[k] = -1;
+      if (b->t[x].kind == KIND_INPUT || (k == 0 && r->pass_first)) continue;
+      all |= 1u << k;
+      if (!need[x]) continue;
+      mask |= 1u << k;
+      if (b->t[x].kind == KIND_PARAM) {
+        op_out(b, o, b->t[x].grad);
+      } else {
+        if (gs.total[x] == 1)
+          partial[k] = new_tensor(b, KIND_ACTIVATION, b->t[x].dtype, shape_of(b, x), "grad.%s", b->t[x].name);
+        else
+          partial[k] = new_tensor(b, KIND_ACTIVATION, b->t[x].dtype, shape_of(b, x), "grad.%s.%s", f.name,
+                                  r->slot[k] ? r->slot[k] : "in");
+        op_out(b, o, partial[k]);
+      }
+    }
+    if (mask != all) {
+      if (!partial_grads_ok(r->bwd)) {
+        rc = err_set(e, "model %s: %s cannot leave out a gradient (op %s)", b->c->family, r->bwd, f.name);
+        goto done;
+      }
+      op_attr(b, o, "grads", mask);
+    }
+    for (int k = 0; k < f.nin; k++)
+      if (partial[k] >= 0) contribute(b, &gs, f.in[k], partial[k]);
+  }
+  build_optimizer(b);
 done:
   free(gs.g);
   free(gs.total);
   free(gs.left);
+  free(need);
   return rc;
 }
 
@@ -633,8 +728,16 @@ static void cost(Builder *b, MOp *o) {
   } else if (!strcmp(base, "matmul")) {
     const MTensor *in = &b->t[o->in[bwd ? 1 : 0]], *w = &b->t[o->in[bwd ? 2 : 1]];
     int64_t f = mul(b, mul(b, 2, in->numel), w->shape[0]);
-    bool dx = bwd && b->t[o->out[0]].kind == KIND_ACTIVATION;
-    o->flops = mul(b, f, dx ? 2 : 1);
+    /* The backward's products: dx (an activation) and dw (a rank-2 grad). */
+    int prods = 0;
+    for (int k = 0; bwd && k < o->nout; k++) {
+      const MTensor *g = &b->t[o->out[k]];
+      prods += g->kind == KIND_ACTIVATION || g->rank == 2;
+    }
+    o->flops = mul(b, f, bwd ? prods : 1);
+  } else if (!strcmp(base, "lora_add")) {
+    /* Per adapter output element: scale and add; the backward scales. */
+    o->flops = bwd ? b->t[o->out[0]].numel : mul(b, 2, b->t[o->in[1]].numel);
   } else if (!strcmp(base, "conv2d") || !strcmp(base, "downsample")) {
     const MTensor *y = bwd ? x : &b->t[o->out[0]], *w = &b->t[o->in[bwd ? 2 : 1]];
     int64_t f = mul(b, mul(b, mul(b, 2, y->numel), w->shape[1]), w->shape[2] * w->shape[3]);
@@ -658,6 +761,8 @@ static void cost(Builder *b, MOp *o) {
     o->flops = bwd ? mul(b, b->t[o->out[0]].numel, 3) : 0;
   } else if (!strcmp(base, "adamw")) {
     o->flops = mul(b, x->numel, 12);
+  } else if (!strcmp(base, "ema")) {
+    o->flops = mul(b, x->numel, 3);
   } else {
     static const struct {
       const char *type;
@@ -675,6 +780,23 @@ static void cost(Builder *b, MOp *o) {
 /* ------------------------------------------------------------ public */
 
 static const char *const family_names[] = {"gpt2", "llama", "unet"};
+static const char *const lora_target_names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+int model_lora_targets(const char *list, unsigned *bits, Err *e) {
+  *bits = 0;
+  for (const char *p = list;;) {
+    size_t n = strcspn(p, ",");
+    size_t k = 0;
+    while (k < sizeof lora_target_names / sizeof lora_target_names[0] &&
+           (strlen(lora_target_names[k]) != n || strncmp(p, lora_target_names[k], n)))
+      k++;
+    if (k == sizeof lora_target_names / sizeof lora_target_names[0])
+      return err_set(e, "model: --lora-targets: unknown target '%.*s' (q, k, v, o, gate, up, down)", (int)n, p);
+    *bits |= 1u << k;
+    if (!p[n]) return 0;
+    p += n + 1;
+  }
+}
 
 int model_defaults(const char *family, ModelConfig *c, Err *e) {
   memset(c, 0, sizeof *c);
@@ -724,6 +846,15 @@ static int check_config(const ModelConfig *c, ModelConfig *out, Err *e) {
     return err_set(e, "model %s: --dtype %s is not f32 or bf16", f, graph_dtype_name(out->dtype));
   if (!(out->eps > 0) || !(out->lr >= 0) || !(out->weight_decay >= 0))
     return err_set(e, "model %s: eps must be > 0, lr and weight decay >= 0", f);
+  if (out->lora_rank < 0 || out->lora_rank > MODEL_MAX_DIM)
+    return err_set(e, "model %s: --lora %d is out of range 1..%d", f, out->lora_rank, MODEL_MAX_DIM);
+  if (out->lora_rank && !lm) return err_set(e, "model %s: --lora is for gpt2 and llama", f);
+  if (!(out->lora_alpha >= 0)) return err_set(e, "model %s: --lora-alpha must be > 0", f);
+  if (!out->lora_rank && (out->lora_alpha > 0 || out->lora_targets))
+    return err_set(e, "model %s: --lora-alpha and --lora-targets need --lora RANK", f);
+  if (out->lora_rank && !strcmp(f, "gpt2") && (lora_targets(out) & MODEL_LORA_GATE))
+    return err_set(e, "model gpt2: --lora-targets gate: gpt2's MLP has no gate (up is fc, down fcproj)");
+  if (!(out->ema_decay >= 0 && out->ema_decay < 1)) return err_set(e, "model %s: --ema decay must be in (0, 1)", f);
   if (lm) {
     if (out->dim % out->heads) return err_set(e, "model %s: --dim %d is not a multiple of --heads %d", f, out->dim, out->heads);
     if (out->heads % out->kv_heads)
@@ -781,6 +912,7 @@ static cJSON *tensor_json(const MTensor *t) {
   for (int i = 0; i < t->rank; i++) cJSON_AddItemToArray(s, cJSON_CreateNumber((double)t->shape[i]));
   cJSON_AddStringToObject(j, "dtype", graph_dtype_name(t->dtype));
   cJSON_AddStringToObject(j, "kind", graph_kind_name(t->kind));
+  if (t->frozen) cJSON_AddBoolToObject(j, "frozen", true);
   return j;
 }
 

@@ -143,6 +143,7 @@ typedef struct Tensor {
   int last_read;  /* last op reading it, -1 if none */
   int last_fwd_read;  /* last forward-phase op reading it, -1 if none */
   int first_bwd_read; /* first non-forward op reading it, -1 if none */
+  bool frozen;    /* a param that does not train: no grad, no optimizer state (LoRA's base) */
   bool is_output; /* listed in the graph's "outputs": live to the end */
   bool stashed;   /* activation produced in forward, read after forward */
 } Tensor;
@@ -565,7 +566,23 @@ typedef struct ModelConfig {
   DType dtype; /* f32 or bf16: params, grads and activations */
   bool tied;   /* lm head shares wte (always for gpt2) */
   double eps, theta, lr, weight_decay;
+  int lora_rank;         /* 0: every param trains; else base weights frozen, LoRA adapters of this rank train */
+  double lora_alpha;     /* adapters add (alpha / rank) x A^T B^T; 0: alpha = rank */
+  unsigned lora_targets; /* MODEL_LORA_* bits; 0: the default, q and v */
+  double ema_decay;      /* 0: none; else an f32 EMA of every trained param, updated after its AdamW */
+  int loss_chunks;       /* 0 or 1: one classifier; else logits, loss and their gradient in K row blocks */
 } ModelConfig;
+
+/* The projections a LoRA adapter can target (--lora-targets names). */
+enum {
+  MODEL_LORA_Q = 1 << 0,
+  MODEL_LORA_K = 1 << 1,
+  MODEL_LORA_V = 1 << 2,
+  MODEL_LORA_O = 1 << 3,
+  MODEL_LORA_GATE = 1 << 4,
+  MODEL_LORA_UP = 1 << 5,
+  MODEL_LORA_DOWN = 1 << 6,
+};
 
 typedef struct ModelStats {
   int64_t params, param_bytes, stashed_bytes;
@@ -579,6 +596,9 @@ int model_defaults(const char *family, ModelConfig *c, Err *e);
  * per line; byte-identical for equal configs. */
 int model_build(const ModelConfig *c, Buf *json_out, Err *e);
 int model_stats(const ModelConfig *c, ModelStats *s, Err *e);
+/* Parses a --lora-targets list ("q,v", names q k v o gate up down) into
+ * MODEL_LORA_* bits. */
+int model_lora_targets(const char *list, unsigned *bits, Err *e);
 /* Parameter elements; -1 with e set on a bad config. */
 int64_t model_param_count(const ModelConfig *c, Err *e);
 

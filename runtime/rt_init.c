@@ -2,8 +2,9 @@
  * rt_init.c - deterministic parameter initialization for graphs of the op
  * set (docs/OPS.md), so that trainers, tests and the PyTorch cross-check
  * start from the same weights: a param's first use decides its value
- * (norm gain 1, bias 0, anything else GPT-2 style normal(0, stddev)), and
- * an f32 master copy starts equal to its bf16 param.
+ * (norm gain 1, bias 0, a LoRA adapter's B 0 as PEFT has it, anything else
+ * GPT-2 style normal(0, stddev)), and an f32 master copy or EMA starts equal
+ * to its param.
  */
 #include "kernels.h"
 #include "ration.h"
@@ -35,6 +36,15 @@ static double rng_normal(Rng *r) {
   return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
+/* Whether op o's first output is read by a lora_add as its adapter input:
+ * o is the matmul by LoRA's B. */
+static bool feeds_lora_adapter(const rt_Schedule *sc, const rt_SchedOp *o) {
+  int y = sc->op_io[o->io0 + o->nin];
+  for (int k = 0; k < sc->nops; k++)
+    if (!strcmp(sc->ops[k].type, "lora_add") && sc->ops[k].nin == 2 && sc->op_io[sc->ops[k].io0 + 1] == y) return true;
+  return false;
+}
+
 /* -1: random; else the constant a param starts at, from its first use. */
 static double first_use_fill(const rt_Schedule *sc, int t) {
   for (int o = 0; o < sc->nops; o++) {
@@ -44,6 +54,7 @@ static double first_use_fill(const rt_Schedule *sc, int t) {
       bool norm = !strcmp(op->type, "layernorm") || !strcmp(op->type, "rmsnorm");
       if (norm && k == 1) return 1.0;
       if ((!strcmp(op->type, "layernorm") && k == 2) || (!strcmp(op->type, "matmul") && k == 2)) return 0.0;
+      if (!strcmp(op->type, "matmul") && k == 1 && op->nout == 1 && feeds_lora_adapter(sc, op)) return 0.0;
       return -1.0;
     }
   }
@@ -73,11 +84,23 @@ int rt_init_params(rt_Session *s, uint64_t seed, double stddev) {
     double fill = first_use_fill(sc, t);
     for (int64_t i = 0; i < v.numel; i++) rt_store(&v, i, fill >= 0 ? (float)fill : (float)(stddev * rng_normal(&r)));
     rc = rt_write(s, T->name, T->dtype, T->rank, T->shape, raw, (size_t)T->bytes);
-    /* The master copy: an adamw op's fifth input, when its first is T. */
+    /* Copies of T: an adamw op's master (its fifth input, when its first
+     * is T), an ema op's state (its first input, when its second is T or
+     * T's master; adamw comes first in the graph). */
+    int copies_of[2] = {t, -1};
     for (int o = 0; o < sc->nops && rc == RT_OK; o++) {
       const rt_SchedOp *op = &sc->ops[o];
-      if (strcmp(op->type, "adamw") || op->nin < 5 || sc->op_io[op->io0] != t) continue;
-      const rt_SchedTensor *M = &sc->tensors[sc->op_io[op->io0 + 4]];
+      int to;
+      if (!strcmp(op->type, "adamw") && op->nin >= 5 && sc->op_io[op->io0] == t) {
+        to = sc->op_io[op->io0 + 4];
+        copies_of[1] = to;
+      } else if (!strcmp(op->type, "ema") && op->nin == 2 &&
+                 (sc->op_io[op->io0 + 1] == copies_of[0] || sc->op_io[op->io0 + 1] == copies_of[1])) {
+        to = sc->op_io[op->io0];
+      } else {
+        continue;
+      }
+      const rt_SchedTensor *M = &sc->tensors[to];
       rt_View mv;
       if (view_of(M, master, &mv) < 0 || mv.numel != v.numel) continue;
       for (int64_t i = 0; i < v.numel; i++) rt_store(&mv, i, rt_load(&v, i));

@@ -65,6 +65,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "step_dump: %s\n", man ? rt_error(s) : "cannot write the manifest");
     return 1;
   }
+  /* A weight that starts at zero (LoRA's B, as PEFT inits it) gets small
+   * values instead, so that the step exercises every adapter gradient. */
+  for (int t = 0; t < S->ntensors && rc == RT_OK; t++) {
+    const rt_SchedTensor *T = &S->tensors[t];
+    if (T->kind != 1 || T->rank != 2 || T->dtype != 0) continue;
+    float *w = malloc((size_t)T->bytes);
+    int64_t n = T->bytes / 4, zero = 0;
+    rc = w ? rt_read(s, T->name, T->dtype, T->rank, T->shape, w, (size_t)T->bytes) : RT_ENOMEM;
+    for (int64_t i = 0; rc == RT_OK && i < n; i++) zero += w[i] == 0.0f;
+    for (int64_t i = 0; rc == RT_OK && zero == n && i < n; i++) w[i] = 0.001f * (float)((i * 7919) % 41 - 20);
+    if (rc == RT_OK && zero == n) rc = rt_write(s, T->name, T->dtype, T->rank, T->shape, w, (size_t)T->bytes);
+    free(w);
+  }
   /* Inputs: token ids below every vocabulary they index. */
   uint64_t r = 0x853c49e6748fea9bull;
   for (int t = 0; t < S->ntensors && rc == RT_OK; t++) {

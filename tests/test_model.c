@@ -144,12 +144,12 @@ static void check_dataflow(const G *g) {
       const char *kind = str(g->t[t], "kind");
       if (!strcmp(kind, "activation")) {
         nprod[t]++;
-        prod[t] = i;
+        prod[t] = k ? -2 - i : i; /* a statistic, output k > 0, is -2 - op */
       } else if (!strcmp(kind, "grad")) {
         T_CHECKF(!strcmp(phase, "backward"), "%s writes grad %s", str(op, "name"), str(g->t[t], "name"));
       } else {
-        T_CHECKF(!strcmp(type, "adamw") && strcmp(kind, "input"), "%s writes %s %s", str(op, "name"), kind,
-                 str(g->t[t], "name"));
+        T_CHECKF((!strcmp(type, "adamw") || !strcmp(type, "ema")) && strcmp(kind, "input"), "%s writes %s %s",
+                 str(op, "name"), kind, str(g->t[t], "name"));
       }
     }
   }
@@ -157,8 +157,11 @@ static void check_dataflow(const G *g) {
     if (strcmp(str(g->t[i], "kind"), "activation")) continue;
     const char *n = str(g->t[i], "name");
     T_CHECKF(nprod[i] == 1, "%s has %d producers", n, nprod[i]);
-    T_CHECKF(first_read[i] > prod[i] || (first_read[i] < 0 && !strcmp(n, "loss")), "%s read at %d, produced at %d", n,
-             first_read[i], prod[i]);
+    /* Unread: the loss, or a statistic (mean, rstd) only a backward that
+     * is not there (nothing upstream trains) would read. */
+    int p = prod[i] < -1 ? -2 - prod[i] : prod[i];
+    T_CHECKF(first_read[i] > p || (first_read[i] < 0 && (!strcmp(n, "loss") || prod[i] < -1)),
+             "%s read at %d, produced at %d", n, first_read[i], p);
   }
   const cJSON *outs = cJSON_GetObjectItem(g->root, "outputs");
   T_CHECK(cJSON_GetArraySize(outs) == 1 && !strcmp(cJSON_GetArrayItem(outs, 0)->valuestring, "loss"));
@@ -190,7 +193,10 @@ static const struct {
     {"upsample_backward", "dy"},
     {"concat_backward", "dy"},
     {"mse_loss_backward", "i0 i1"},
+    {"lora_add_backward", "dy"},
 };
+
+static bool frozen(const cJSON *t) { return cJSON_IsTrue(cJSON_GetObjectItem(t, "frozen")); }
 
 static void check_backward(const G *g) {
   int nbwd = 0;
@@ -230,13 +236,19 @@ static void check_backward(const G *g) {
       }
     }
     T_CHECKF(k == nio(op, "inputs"), "%s reads %d tensors, the contract %d", str(op, "name"), nio(op, "inputs"), k);
-    /* Outputs: the gradients of F's inputs that are not graph inputs, in
-     * order; a param's is its grad tensor, an activation's shaped like it. */
+    /* Outputs: the gradients of F's inputs that are not graph inputs (nor
+     * lora_add's y, whose gradient is dy), in order, or those attribute
+     * "grads" names, never a frozen param's; a param's is its grad tensor,
+     * an activation's shaped like it. */
+    const cJSON *grads = cJSON_GetObjectItem(cJSON_GetObjectItem(op, "attrs"), "grads");
     int m = 0;
     for (int j = 0; j < nio(F, "inputs"); j++) {
       int x = tfind(g, io(F, "inputs", j));
       const char *kind = str(g->t[x], "kind");
-      if (!strcmp(kind, "input")) continue;
+      if (!strcmp(kind, "input") || (j == 0 && !strcmp(type, "lora_add_backward"))) continue;
+      bool listed = !grads || ((int)grads->valuedouble >> j & 1);
+      T_CHECKF(!listed || !frozen(g->t[x]), "%s: a gradient for frozen %s", str(op, "name"), str(g->t[x], "name"));
+      if (!listed) continue;
       const char *got = io(op, "outputs", m++);
       if (!got) break;
       if (!strcmp(kind, "param")) {
@@ -254,16 +266,34 @@ static void check_backward(const G *g) {
   T_CHECK(nbwd > 0);
 }
 
-/* One AdamW per param over exactly its grad and state. */
-static void check_optimizer(const G *g, bool bf16) {
-  int nparams = 0;
+/* One AdamW per trained param over exactly its grad and state, then (with
+ * an EMA) its ema op; a frozen param has neither, nor a grad. */
+static void check_optimizer(const G *g, bool bf16, bool ema) {
+  int nparams = 0, nema = 0;
   for (int i = 0; i < g->nt; i++) {
     if (strcmp(str(g->t[i], "kind"), "param")) continue;
-    nparams++;
     const char *p = str(g->t[i], "name");
     char name[256], want[5][256];
     snprintf(name, sizeof name, "adamw.%s", p);
     int o = ofind(g, name);
+    snprintf(want[1], 256, "grad.%s", p);
+    if (frozen(g->t[i])) {
+      T_CHECKF(o < 0 && tfind(g, want[1]) < 0, "frozen %s has an optimizer or a grad", p);
+      continue;
+    }
+    nparams++;
+    snprintf(name, sizeof name, "ema.%s", p);
+    int eo = ofind(g, name), et = tfind(g, name);
+    T_CHECKF(ema == (eo >= 0 && et >= 0), "%s: ema op %d, state %d", p, eo, et);
+    if (eo >= 0 && et >= 0) {
+      nema++;
+      snprintf(want[4], 256, "adam.master.%s", p);
+      T_CHECKF(eo == o + 1 && nio(g->o[eo], "inputs") == 2 && !strcmp(io(g->o[eo], "inputs", 0), name) &&
+                   !strcmp(io(g->o[eo], "inputs", 1), bf16 ? want[4] : p) && !strcmp(io(g->o[eo], "outputs", 0), name) &&
+                   !strcmp(str(g->t[et], "dtype"), "f32") && !strcmp(str(g->t[et], "kind"), "optstate"),
+               "%s: ema op", p);
+    }
+    snprintf(name, sizeof name, "adamw.%s", p);
     T_CHECKF(o >= 0, "no %s", name);
     if (o < 0) continue;
     snprintf(want[0], 256, "%s", p);
@@ -289,9 +319,10 @@ static void check_optimizer(const G *g, bool bf16) {
       for (int k = 0; k < nio(g->o[j], "outputs"); k++) writers += !strcmp(io(g->o[j], "outputs", k), want[1]);
     T_CHECKF(writers >= 1, "%s never written", want[1]);
   }
-  int nadam = 0;
+  int nadam = 0, nemaops = 0;
   for (int j = 0; j < g->no; j++) nadam += !strcmp(str(g->o[j], "type"), "adamw");
-  T_CHECK(nadam == nparams);
+  for (int j = 0; j < g->no; j++) nemaops += !strcmp(str(g->o[j], "type"), "ema");
+  T_CHECK(nadam == nparams && nemaops == nema);
 }
 
 /* Activations produced forward and read after the forward, named with prefix. */
@@ -327,7 +358,7 @@ static void check_all(const ModelConfig *c) {
   if (!g.root) return;
   check_dataflow(&g);
   check_backward(&g);
-  check_optimizer(&g, c->dtype == DT_BF16);
+  check_optimizer(&g, c->dtype == DT_BF16, c->ema_decay > 0);
   ModelStats s;
   Err e;
   T_CHECK(model_stats(c, &s, &e) == 0 && s.params == params_of(&g) && s.nops == g.no && s.ntensors == g.nt);
@@ -541,6 +572,58 @@ int main(void) {
       graph_free(g);
     }
   }
+  T_CASE("--lora: base frozen, adapters A [r,C] and B [W,r] per target, the exact trainable count") {
+    unsigned all = MODEL_LORA_Q | MODEL_LORA_K | MODEL_LORA_V | MODEL_LORA_O | MODEL_LORA_UP | MODEL_LORA_DOWN;
+    for (int f = 0; f < 2; f++) {
+      ModelConfig c = tiny(f ? "llama" : "gpt2");
+      c.lora_rank = 4;
+      c.lora_targets = f ? all | MODEL_LORA_GATE : all;
+      c.ema_decay = f ? 0.999 : 0;
+      check_all(&c);
+      G g;
+      T_CHECK(g_load(&g, &c));
+      int64_t C = 64, F = f ? 192 : 256, KV = f ? 32 : 64, r = 4, trained = 0, frozen_n = 0;
+      /* q: C, k and v: KV heads' width, o: C, gate and up: F, down: C. */
+      int64_t width_sum = C + 2 * KV + C + (f ? 2 * F : F) + C;
+      int64_t in_sum = 4 * C + (f ? 2 * C : C) + F; /* A's input dim per target */
+      for (int i = 0; i < g.nt; i++)
+        if (!strcmp(str(g.t[i], "kind"), "param")) *(frozen(g.t[i]) ? &frozen_n : &trained) += numel(g.t[i]);
+      ModelConfig base = tiny(f ? "llama" : "gpt2");
+      T_CHECKF(trained == 3 * r * (width_sum + in_sum), "%s: %lld trained", c.family, (long long)trained);
+      T_CHECK(frozen_n == model_param_count(&base, &(Err){{0}}));
+      /* Nothing upstream of the first adapter trains: no backward there. */
+      T_CHECK(ofind(&g, f ? "bwd.embedding" : "bwd.encoder") < 0 && ofind(&g, "bwd.l0.ln1") < 0 &&
+              ofind(&g, "bwd.l0.qkv") < 0);
+      /* Layer 0's adapters: dA only; layer 1's frozen qkv: dx only. */
+      const cJSON *a0 = g.o[ofind(&g, "bwd.l0.qkv.lora_q.a")], *b0 = g.o[ofind(&g, "bwd.l1.qkv")];
+      T_CHECK(num(cJSON_GetObjectItem(a0, "attrs"), "grads") == 2 && nio(a0, "outputs") == 1);
+      T_CHECK(nio(b0, "outputs") == 1 && num(b0, "flops") == (double)(2 * 2 * 32 * C * (C + 2 * KV)));
+      const cJSON *la = g.o[ofind(&g, "l0.qkv.lora_v")];
+      T_CHECK(num(cJSON_GetObjectItem(la, "attrs"), "offset") == (double)(C + KV) &&
+              num(cJSON_GetObjectItem(la, "attrs"), "scale") == 1.0 && num(la, "flops") == (double)(2 * 2 * 32 * KV));
+      g_free(&g);
+    }
+    ModelConfig c = tiny("llama");
+    c.lora_rank = 8;
+    c.lora_alpha = 16;
+    G g;
+    T_CHECK(g_load(&g, &c));
+    int q = ofind(&g, "l1.qkv.lora_q"), v = ofind(&g, "l1.qkv.lora_v");
+    T_CHECK(q >= 0 && v >= 0 && ofind(&g, "l1.qkv.lora_k") < 0 && ofind(&g, "l1.attproj.lora_o") < 0);
+    T_CHECK(num(cJSON_GetObjectItem(g.o[q], "attrs"), "scale") == 2.0);
+    g_free(&g);
+    unsigned bits;
+    Err e = {{0}};
+    T_CHECK(model_lora_targets("q,v,down", &bits, &e) == 0 && bits == (MODEL_LORA_Q | MODEL_LORA_V | MODEL_LORA_DOWN));
+    T_CHECK(model_lora_targets("q,,v", &bits, &e) < 0 && strstr(e.msg, "''"));
+    T_CHECK(model_lora_targets("qkv", &bits, &e) < 0 && strstr(e.msg, "'qkv'"));
+  }
+  T_CASE("--ema on a bf16 full fine-tune: an ema op of the master after each adamw") {
+    ModelConfig c = tiny("gpt2");
+    c.dtype = DT_BF16;
+    c.ema_decay = 0.99;
+    check_all(&c);
+  }
   T_CASE("bad configs are refused with a message") {
     Err e = {{0}};
     ModelConfig c;
@@ -572,6 +655,19 @@ int main(void) {
     c = tiny("gpt2");
     c.layers = 1 << 20;
     T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "--layers"));
+    c = tiny("gpt2");
+    c.lora_rank = 4;
+    c.lora_targets = MODEL_LORA_GATE;
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "gate"));
+    c = tiny("unet");
+    c.lora_rank = 4;
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "--lora"));
+    c = tiny("gpt2");
+    c.lora_alpha = 8;
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "need --lora"));
+    c = tiny("gpt2");
+    c.ema_decay = 1;
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "--ema"));
   }
   T_DONE();
 }

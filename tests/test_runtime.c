@@ -7,7 +7,11 @@
  * 3 training steps on the CPU backend in debug mode (random copy delays,
  * NaN on death, occupancy checks), and require
  *   - params, grads, optimizer state and losses bitwise equal to keep-all,
- *   - the runtime's live high-water mark equal to sim_run's peak.
+ *   - the runtime's live high-water mark equal to sim_run's peak,
+ *   - frozen params (LoRA's base weights) bitwise unchanged by the steps.
+ * Graphs `ration model` writes with --lora, --ema and --loss-chunks are
+ * proven the same way against the ilp (recompute and offload) at its
+ * smallest budget, halfway, and just under keep-all.
  * (A dropped wait racing for real is shown on hand-built plans in
  * test_rt_hand.c.)
  */
@@ -30,6 +34,7 @@ typedef struct Result {
   unsigned char *blob; /* resident state after the steps, then the losses */
   size_t n;
   int64_t hwm;
+  int frozen, frozen_moved; /* frozen params, and how many the steps changed */
   int status;
   char err[600];
 } Result;
@@ -83,9 +88,27 @@ static int fill_tensor(rt_Session *ss, const rt_SchedTensor *t, int64_t v, bool 
   return rc;
 }
 
+/* Whether the params graph G marks frozen have the values in WAS (their
+ * bytes in schedule order); counts them into r. */
+static void check_frozen(rt_Session *ss, const rt_Schedule *s, const Graph *g, unsigned char *was, bool save,
+                         Result *r) {
+  size_t at = 0;
+  for (int t = 0; t < s->ntensors && r->status == RT_OK; t++) {
+    int gi = graph_find_tensor(g, s->tensors[t].name);
+    if (s->tensors[t].kind != 1 || gi < 0 || !g->tensors[gi].frozen) continue;
+    size_t n = (size_t)s->tensors[t].bytes;
+    unsigned char *now = malloc(n);
+    r->status = now ? rt_read(ss, s->tensors[t].name, now, n) : RT_ENOMEM;
+    if (r->status == RT_OK && save) memcpy(was + at, now, n), r->frozen++;
+    else if (r->status == RT_OK && memcmp(was + at, now, n)) r->frozen_moved++;
+    free(now);
+    at += n;
+  }
+}
+
 /* Runs NSTEPS steps of schedule S from a fixed initial state and batches. */
 /* Debug mode always; DELAY_US 0 means random copy delays. */
-static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
+static void run_schedule(const rt_Schedule *s, const Graph *g, unsigned delay_us, Result *r) {
   memset(r, 0, sizeof *r);
   rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_DEBUG, .seed = 7, .delay_us = delay_us};
   rt_Session *ss;
@@ -100,6 +123,8 @@ static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
   for (int t = 0; t < s->ntensors; t++)
     if (s->tensors[t].kind >= 1 && s->tensors[t].kind <= 3) total += (size_t)s->tensors[t].bytes;
   r->blob = calloc(total + NSTEPS * sizeof(float) + 1, 1);
+  unsigned char *frozen = malloc(total + 1);
+  check_frozen(ss, s, g, frozen, true, r);
   for (int step = 0; step < NSTEPS && r->status == RT_OK; step++) {
     for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
       if (s->tensors[t].kind == 0) r->status = fill_tensor(ss, &s->tensors[t], v, false);
@@ -117,6 +142,8 @@ static void run_schedule(const rt_Schedule *s, unsigned delay_us, Result *r) {
       at += (size_t)s->tensors[t].bytes;
     }
   r->n = total + NSTEPS * sizeof(float);
+  check_frozen(ss, s, g, frozen, false, r);
+  free(frozen);
   rt_Stats st;
   rt_stats(ss, &st);
   r->hwm = st.live_high_water;
@@ -201,7 +228,10 @@ static int64_t smallest_feasible(const Graph *g, const Device *d, const char *st
   return hi;
 }
 
-static void prove_graph(const char *graph_path, const char *device_path, int *planned) {
+/* Every strategy, or only keep-all and ONLY, which must then recompute and
+ * offload in one plan at least. */
+static void prove_graph(const char *graph_path, const char *device_path, const char *only, int *planned) {
+  bool mixed = false;
   Err e = {{0}};
   Graph *g = graph_load(graph_path, &e);
   Device *d = g ? device_load(device_path, &e) : NULL;
@@ -212,11 +242,14 @@ static void prove_graph(const char *graph_path, const char *device_path, int *pl
     return;
   }
   int64_t keep_peak = plan_keep_all_peak(g, d, &e);
+  int nfrozen = 0;
+  for (int i = 0; i < g->ntensors; i++) nfrozen += g->tensors[i].frozen;
   Result ref = {0};
   bool have_ref = false;
   for (const PlanStrategy *st = plan_strategies; st->name; st++) {
     bool keep = !strcmp(st->name, "keep-all");
     if (!strcmp(st->name, "exact") && g->nops > 80) continue; /* exact MILP: small graphs only */
+    if (only && !keep && strcmp(st->name, only)) continue;
     /* keep-all once; every other strategy at its smallest feasible budget,
      * halfway to keep-all, and just under keep-all. */
     int64_t lo = keep ? 2 * keep_peak : smallest_feasible(g, d, st->name, keep_peak);
@@ -225,6 +258,12 @@ static void prove_graph(const char *graph_path, const char *device_path, int *pl
       if (bi > 0 && budgets[bi] <= budgets[bi - 1]) continue;
       Plan *p = try_plan(g, d, st->name, budgets[bi]);
       if (!p) continue; /* a strategy need not be monotone in the budget */
+      bool rec = false, off = false;
+      for (int i = 0; i < g->ntensors; i++) {
+        rec |= p->decisions[i] == DEC_RECOMPUTE;
+        off |= p->decisions[i] == DEC_OFFLOAD;
+      }
+      mixed |= rec && off;
       char name[200], label[300], why[800] = "";
       int pct = (int)(100.0 * (double)budgets[bi] / (double)keep_peak);
       snprintf(name, sizeof name, "%s_%s_%d", g->name, st->name, bi);
@@ -236,11 +275,13 @@ static void prove_graph(const char *graph_path, const char *device_path, int *pl
       void *h;
       const rt_Schedule *s = load_plan(p, g, name, &h, why, sizeof why);
       Result r = {0};
-      if (s) run_schedule(s, 0, &r);
+      if (s) run_schedule(s, g, 0, &r);
       T_CASE(label) {
         T_CHECKF(simrc == 0, "sim_run: %s", se.msg);
         T_CHECKF(s != NULL, "%s", why);
         T_CHECKF(!s || r.status == RT_OK, "run: %s: %s", rt_status_name(r.status), r.err);
+        T_CHECKF(r.frozen == nfrozen && r.frozen_moved == 0, "%d of %d frozen params changed (graph: %d)",
+                 r.frozen_moved, r.frozen, nfrozen);
         if (s && r.status == RT_OK && simrc == 0)
           T_CHECKF(r.hwm == sr.peak_live_bytes, "runtime high-water %lld, simulator peak %lld", (long long)r.hwm,
                    (long long)sr.peak_live_bytes);
@@ -260,6 +301,7 @@ static void prove_graph(const char *graph_path, const char *device_path, int *pl
       plan_free(p);
     }
   }
+  if (only) T_CASE(graph_path) T_CHECKF(mixed, "no %s plan both recomputes and offloads", only);
   free(ref.blob);
   graph_free(g);
   device_free(d);
@@ -272,8 +314,38 @@ int main(void) {
     return 1;
   }
   int planned = 0;
-  prove_graph("models/gpt2-tiny.json", "budgets/cpu.json", &planned);
-  prove_graph("models/llama-tiny.json", "budgets/cpu.json", &planned);
+  prove_graph("models/gpt2-tiny.json", "budgets/cpu.json", NULL, &planned);
+  prove_graph("models/llama-tiny.json", "budgets/cpu.json", NULL, &planned);
+  /* gpt2 LoRA on every target it has, with an EMA; llama LoRA on q and v
+   * (the default) with an EMA. */
+  /* The cpu profile with copies 50 times slower: offloading costs, so the
+   * ilp recomputes some tensors and offloads others. */
+  char slow[300];
+  snprintf(slow, sizeof slow, "%s/cpu-slow-copies.json", tmpdir);
+  static const char slow_json[] =
+      "{\"format\": \"ration-device/1\", \"name\": \"cpu-slow-copies\", \"memory\": \"8GiB\", \"reserve\": 0,\n"
+      " \"peak_tflops\": {\"bf16\": 0.02, \"f32\": 0.02}, \"hbm_gbps\": 10, \"h2d_gbps\": 0.1, \"d2h_gbps\": 0.1,\n"
+      " \"launch_us\": 1, \"host_memory\": \"8GiB\"}\n";
+  Err e = {{0}};
+  T_CASE("slow-copy device written") T_CHECKF(util_write_file_atomic(slow, slow_json, sizeof slow_json - 1, &e) == 0, "%s", e.msg);
+  ModelConfig variants[2];
+  variants[0] = (ModelConfig){.family = "gpt2", .name = "gpt2_lora", .layers = 2, .dim = 64, .heads = 4, .vocab = 256,
+                              .seq = 64, .batch = 4, .dtype = DT_F32, .tied = true, .eps = 1e-5, .lr = 1e-3,
+                              .weight_decay = 0.1, .lora_rank = 4, .lora_targets = MODEL_LORA_Q | MODEL_LORA_K |
+                              MODEL_LORA_V | MODEL_LORA_O | MODEL_LORA_UP | MODEL_LORA_DOWN, .ema_decay = 0.9};
+  variants[1] = (ModelConfig){.family = "llama", .name = "llama_lora", .layers = 2, .dim = 64, .heads = 4,
+                              .kv_heads = 2, .ffn = 96, .vocab = 256, .seq = 64, .batch = 4, .dtype = DT_F32,
+                              .eps = 1e-5, .theta = 10000, .lr = 1e-3, .weight_decay = 0.1, .lora_rank = 4,
+                              .ema_decay = 0.99};
+  for (int i = 0; i < 2; i++) {
+    char path[400];
+    Buf b = {0};
+    snprintf(path, sizeof path, "%s/%s.json", tmpdir, variants[i].name);
+    T_CASE(variants[i].name) T_CHECKF(model_build(&variants[i], &b, &e) == 0 && util_write_file_atomic(path, b.data, b.len, &e) == 0,
+                          "%s", e.msg);
+    buf_free(&b);
+    prove_graph(path, slow, "ilp", &planned);
+  }
   printf("# %d planned schedules proven against keep-all\n", planned);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -1,8 +1,9 @@
 """torch_step.py - one whole training step of a graph, recomputed with
 PyTorch (float64 autograd) from the initial weights and batch that
 tests/step_dump.c dumped after running the emitted schedule on libration's
-CPU backend. Compares the loss, every gradient, and the AdamW update of every
-param and its moments. Forward op semantics come from torch_kernels.py (the
+CPU backend. Compares the loss, every gradient, the AdamW update of every
+trained param and its moments, every EMA, and that frozen params (LoRA's
+base weights) did not move. Forward op semantics come from torch_kernels.py (the
 per-kernel cross-check); backward is torch's autograd, so none of our
 backward kernels or the executor's schedule is trusted.
 Prints one "PASS what detail" / "FAIL what detail" line per check.
@@ -110,6 +111,19 @@ def main():
         small = (grad.abs() < 1e3 * eps).double() * lr
         ok &= compare("updated " + (master or p), d[(master or p, "after")], w1, extra_atol=small)
         nparams += 1
+    for op in g["ops"]:
+        if op["type"] != "ema":
+            continue
+        e, p = op["inputs"]
+        dcy = op["attrs"]["decay"]
+        # Of our updated param (checked against torch's above): where the
+        # update is near eps, f32 rounding moves it by up to lr.
+        ok &= compare("ema " + p, d[(e, "after")], dcy * d[(e, "before")] + (1 - dcy) * d[(p, "after")])
+    for t in g["tensors"]:
+        if t.get("frozen"):
+            same = torch.equal(d[(t["name"], "before")], d[(t["name"], "after")])
+            print("%s frozen %s unchanged" % ("PASS" if same else "FAIL", t["name"]))
+            ok &= same
     print("%s whole step: %d params checked" % ("PASS" if ok and nparams else "FAIL", nparams))
     return 0
 
