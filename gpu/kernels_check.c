@@ -106,6 +106,11 @@ static const Case cases[] = {
   {"lora_add", 2, 1, {F(2, 128, 2304), F(2, 128, 768)}, {F(2, 128, 2304)}, NOALIAS, {{"scale", 2.0}, {"offset", 1536}}, 2, 0, 1, D_NONE},
   {"lora_add_backward", 1, 1, {F(2, 128, 2304)}, {F(2, 128, 768)}, NOALIAS, {{"scale", 2.0}, {"offset", 1536}}, 2, 0, 1, D_NONE},
   {"ema", 2, 1, {S(1000, 77), F(1000, 77)}, {S(1000, 77)}, {0, -1, -1, -1}, {{"decay", 0.999}}, 1, 0, 1, D_NONE},
+  /* --loss-chunks: a row block of the batch, the mean over all rows, the blocks stacked back. */
+  {"slice", 1, 1, {F(2, 1024, 768)}, {F(512, 768)}, NOALIAS, {{"offset", 768 * 1024}}, 1, 0, 1, D_NONE},
+  {"crossentropy", 2, 2, {F(256, 50257), I(50257, 256)}, {S(1), S(256)}, NOALIAS, {{"mean_over", 2048}}, 1, 0, 1, D_NONE},
+  {"crossentropy_backward", 3, 1, {F(256, 50257), S(256), I(50257, 256)}, {F(256, 50257)}, NOALIAS, {{"mean_over", 2048}}, 1, 0, 1, D_CE},
+  {"concat_rows", 4, 1, {F(256, 768), F(256, 768), F(256, 768), F(256, 768)}, {F(1024, 768)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

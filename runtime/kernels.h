@@ -80,6 +80,17 @@ static inline int64_t rt_vocab(const rt_KernelArgs *a, int64_t LD) {
   return v >= 1 && v <= (double)LD && v == (double)(int64_t)v ? (int64_t)v : -1;
 }
 
+/* crossentropy's mean: over attribute "mean_over" rows (a chunk of a
+ * larger batch, `ration model --loss-chunks`), else over its own N; -1 when
+ * that is not an integer >= 1. */
+static inline int64_t rt_mean_over(const rt_KernelArgs *a, int64_t N) {
+  double m = rt_attr(a, "mean_over", (double)N);
+  return m >= 1 && m <= 9007199254740992.0 && m == (double)(int64_t)m ? (int64_t)m : -1;
+}
+
+/* Bytes per element of a dtype. */
+static inline int64_t rt_dtype_size(rt_DType d) { return d == RT_F32 || d == RT_I32 ? 4 : d == RT_I64 ? 8 : d == RT_U8 ? 1 : 2; }
+
 /* Storage helpers, shared by every kernel and inline so that the kernels'
  * inner loops do not pay a call per element. bf16 rounds to nearest even;
  * a NaN stays a (quiet) NaN. */

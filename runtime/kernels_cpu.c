@@ -1024,7 +1024,7 @@ typedef struct {
   const rt_View *dlogits, *logits;
   float *lse;
   const int32_t *tgt;
-  int64_t N, V, LD;
+  int64_t N, V, LD, M; /* M: the rows the mean is over */
 } CrossEntropy;
 
 /* lse of rows [n0, n1) */
@@ -1047,7 +1047,7 @@ static void crossentropy_forward(const void *ctx, int64_t n0, int64_t n1) {
 static void crossentropy_backward(const void *ctx, int64_t n0, int64_t n1) {
   const CrossEntropy *k = ctx;
   int64_t V = k->V;
-  float inv = 1.0f / (float)k->N;
+  float inv = 1.0f / (float)k->M;
   for (int64_t n = n0; n < n1; n++) {
     int64_t o = n * k->LD;
     for (int64_t v = 0; v < V; v++) {
@@ -1069,16 +1069,18 @@ static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
           "loss must be f32 [1], lse f32 [B,T]");
   int64_t nv = rt_vocab(a, V);
   REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
+  int64_t M = rt_mean_over(a, N);
+  REQUIRE(M > 0, "attribute mean_over %g must be an integer >= 1", rt_attr(a, "mean_over", 0));
   int rc = check_tokens(tgt->data, N, nv, err, errlen, OP);
   if (rc) return rc;
-  CrossEntropy k = {NULL, logits, lse->data, tgt->data, N, nv, V};
+  CrossEntropy k = {NULL, logits, lse->data, tgt->data, N, nv, V, M};
   par_for(a, N, row_grain(V), crossentropy_forward, &k);
   /* The mean loss is summed in double over rows in order: one number,
    * fixed order, and no f32 drift over B*T terms. */
   const int32_t *t = tgt->data;
   double total = 0.0;
   for (int64_t n = 0; n < N; n++) total += (double)(k.lse[n] - rt_load(logits, n * V + t[n]));
-  ((float *)loss->data)[0] = (float)(total / (double)N);
+  ((float *)loss->data)[0] = (float)(total / (double)M);
   return 0;
 }
 
@@ -1092,9 +1094,11 @@ static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t err
           "lse must be f32 [B,T], targets i32 [B,T]");
   int64_t nv = rt_vocab(a, V);
   REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
+  int64_t M = rt_mean_over(a, N);
+  REQUIRE(M > 0, "attribute mean_over %g must be an integer >= 1", rt_attr(a, "mean_over", 0));
   int rc = check_tokens(tgt->data, N, nv, err, errlen, OP);
   if (rc) return rc;
-  CrossEntropy k = {dl, logits, lse->data, tgt->data, N, nv, V};
+  CrossEntropy k = {dl, logits, lse->data, tgt->data, N, nv, V, M};
   par_for(a, N, row_grain(V), crossentropy_backward, &k);
   return 0;
 }
@@ -1149,6 +1153,42 @@ static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
              (float)rt_attr(a, "weight_decay", 0.01), (float)(1.0 - pow(b1, (double)a->step)),
              (float)(1.0 - pow(b2, (double)a->step))};
   par_for(a, n, GRAIN, adamw_update, &h);
+  return 0;
+}
+
+/* ------------------------------------------------------ slice, concat_rows */
+
+/* y = the numel(y) elements of x from element `offset` on: a block of rows
+ * of a row-major tensor (a chunk of the batch). Any dtype. */
+static int k_slice(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "slice";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want input x and output y");
+  const rt_View *x = &a->in[0], *y = &a->out[0];
+  double off = rt_attr(a, "offset", 0.0);
+  REQUIRE(x->dtype == y->dtype, "x and y must share a dtype");
+  REQUIRE(off >= 0 && off == (double)(int64_t)off && (int64_t)off + y->numel <= x->numel,
+          "offset %g + %lld elements exceeds x's %lld", off, (long long)y->numel, (long long)x->numel);
+  int64_t es = rt_dtype_size(x->dtype);
+  memcpy(y->data, (const char *)x->data + (int64_t)off * es, (size_t)(y->numel * es));
+  return 0;
+}
+
+/* y = x_0, x_1, ... one after another (row blocks stacked). Any dtype. */
+static int k_concat_rows(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "concat_rows";
+  REQUIRE(a->nin >= 1 && a->nout == 1, "want inputs x_0.. and output y");
+  const rt_View *y = &a->out[0];
+  int64_t n = 0, es = rt_dtype_size(y->dtype);
+  for (int i = 0; i < a->nin; i++) {
+    REQUIRE(a->in[i].dtype == y->dtype, "input %d's dtype is not y's", i);
+    n += a->in[i].numel;
+  }
+  REQUIRE(n == y->numel, "inputs hold %lld elements, y %lld", (long long)n, (long long)y->numel);
+  char *at = y->data;
+  for (int i = 0; i < a->nin; i++) {
+    memcpy(at, a->in[i].data, (size_t)(a->in[i].numel * es));
+    at += a->in[i].numel * es;
+  }
   return 0;
 }
 
@@ -1207,5 +1247,7 @@ const rt_KernelEntry rt_cpu_kernels[] = {
   {"lora_add", k_lora_add},
   {"lora_add_backward", k_lora_add_backward},
   {"ema", k_ema},
+  {"slice", k_slice},
+  {"concat_rows", k_concat_rows},
   {NULL, NULL},
 };

@@ -1419,7 +1419,7 @@ __global__ void crossentropy_lse_k(float *lse, DV logits, int64_t V, int64_t LD)
 /* The mean over rows, in double: each thread sums every THREADS-th row in
  * order, then one thread adds the partial sums in order. */
 __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, const int *tgt, int64_t N, int64_t V,
-                                    int64_t LD, int *status) {
+                                    int64_t LD, int64_t M, int *status) {
   __shared__ double part[THREADS];
   double total = 0.0;
   for (int64_t n = threadIdx.x; n < N; n += THREADS) {
@@ -1435,15 +1435,15 @@ __global__ void crossentropy_loss_k(float *loss, const float *lse, DV logits, co
   if (threadIdx.x == 0) {
     double sum = 0.0;
     for (int i = 0; i < THREADS; i++) sum += part[i];
-    loss[0] = (float)(sum / (double)N);
+    loss[0] = (float)(sum / (double)M);
   }
 }
 
 /* A block per row. */
-__global__ void crossentropy_backward_k(DV dl, DV logits, const float *lse, const int *tgt, int64_t N, int64_t V,
-                                        int64_t LD, int *status) {
+__global__ void crossentropy_backward_k(DV dl, DV logits, const float *lse, const int *tgt, int64_t V, int64_t LD,
+                                        int64_t M, int *status) {
   int64_t n = blockIdx.x, o = n * LD;
-  float inv = 1.0f / (float)N, L = lse[n];
+  float inv = 1.0f / (float)M, L = lse[n];
   int t = tgt[n];
   if (threadIdx.x == 0 && (t < 0 || t >= V)) *status = 1;
   for (int64_t v = threadIdx.x; v < LD; v += THREADS) {
@@ -1464,10 +1464,12 @@ static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
           "loss must be f32 [1], lse f32 [B,T]");
   int64_t nv = rt_vocab(a, V);
   REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
+  int64_t M = rt_mean_over(a, N);
+  REQUIRE(M > 0, "attribute mean_over %g must be an integer >= 1", rt_attr(a, "mean_over", 0));
   rt_CudaKernelCtx *c = ctx_of(a);
   crossentropy_lse_k<<<(unsigned)N, THREADS, 0, c->stream>>>((float *)lse->data, dv(logits), nv, V);
   crossentropy_loss_k<<<1, THREADS, 0, c->stream>>>((float *)loss->data, (const float *)lse->data, dv(logits),
-                                               (const int *)tgt->data, N, nv, V, c->status);
+                                               (const int *)tgt->data, N, nv, V, M, c->status);
   return launched(err, errlen, OP);
 }
 
@@ -1481,9 +1483,11 @@ static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t err
           "lse must be f32 [B,T], targets i32 [B,T]");
   int64_t nv = rt_vocab(a, V);
   REQUIRE(nv > 0, "attribute vocab %g must be an integer in [1, %lld]", rt_attr(a, "vocab", 0), (long long)V);
+  int64_t M = rt_mean_over(a, N);
+  REQUIRE(M > 0, "attribute mean_over %g must be an integer >= 1", rt_attr(a, "mean_over", 0));
   rt_CudaKernelCtx *c = ctx_of(a);
   crossentropy_backward_k<<<(unsigned)N, THREADS, 0, c->stream>>>(
-      dv(dl), dv(logits), (const float *)lse->data, (const int *)tgt->data, N, nv, V, c->status);
+      dv(dl), dv(logits), (const float *)lse->data, (const int *)tgt->data, nv, V, M, c->status);
   return launched(err, errlen, OP);
 }
 
@@ -1539,6 +1543,47 @@ static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
   return launched(err, errlen, OP);
 }
 
+/* ---------------------------------------------------- slice, concat_rows */
+
+static int copy_d2d(const rt_KernelArgs *a, void *dst, const void *src, int64_t bytes, char *err, size_t errlen,
+                    const char *op) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, ctx_of(a)->stream);
+  return e == cudaSuccess ? 0 : fail(err, errlen, RT_KERNEL_EDEVICE, op, "%s", cudaGetErrorString(e));
+}
+
+/* y = the numel(y) elements of x from element `offset` on (kernels_cpu.c). */
+static int k_slice(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "slice";
+  REQUIRE(a->nin == 1 && a->nout == 1, "want input x and output y");
+  const rt_View *x = &a->in[0], *y = &a->out[0];
+  double off = rt_attr(a, "offset", 0.0);
+  REQUIRE(x->dtype == y->dtype, "x and y must share a dtype");
+  REQUIRE(off >= 0 && off == (double)(int64_t)off && (int64_t)off + y->numel <= x->numel,
+          "offset %g + %lld elements exceeds x's %lld", off, (long long)y->numel, (long long)x->numel);
+  int64_t es = rt_dtype_size(x->dtype);
+  return copy_d2d(a, y->data, (const char *)x->data + (int64_t)off * es, y->numel * es, err, errlen, OP);
+}
+
+/* y = x_0, x_1, ... one after another. */
+static int k_concat_rows(const rt_KernelArgs *a, char *err, size_t errlen) {
+  const char *OP = "concat_rows";
+  REQUIRE(a->nin >= 1 && a->nout == 1, "want inputs x_0.. and output y");
+  const rt_View *y = &a->out[0];
+  int64_t n = 0, es = rt_dtype_size(y->dtype);
+  for (int i = 0; i < a->nin; i++) {
+    REQUIRE(a->in[i].dtype == y->dtype, "input %d's dtype is not y's", i);
+    n += a->in[i].numel;
+  }
+  REQUIRE(n == y->numel, "inputs hold %lld elements, y %lld", (long long)n, (long long)y->numel);
+  char *at = (char *)y->data;
+  for (int i = 0; i < a->nin; i++) {
+    int rc = copy_d2d(a, at, a->in[i].data, a->in[i].numel * es, err, errlen, OP);
+    if (rc) return rc;
+    at += a->in[i].numel * es;
+  }
+  return 0;
+}
+
 /* ----------------------------------------------------------------- ema */
 
 __global__ void ema_k(float *out, const float *ema, DV param, float d, int64_t n) {
@@ -1587,6 +1632,8 @@ static const rt_KernelEntry cuda_kernels[] = {
   {"lora_add", k_lora_add},
   {"lora_add_backward", k_lora_add_backward},
   {"ema", k_ema},
+  {"slice", k_slice},
+  {"concat_rows", k_concat_rows},
   {NULL, NULL},
 };
 

@@ -163,6 +163,9 @@ static const GradCase cases[] = {
    0, 0, 3, {SRC_DY, 0, 1}, 1, {0}, {0}, {{"grads", 1}}, 1, 0, 0},
   {"matmul_dw", "matmul", "matmul_backward", 2, {F3(2, 3, 5), F2(4, 5)}, 1, {F3(2, 3, 4)}, 0, 0, 3,
    {SRC_DY, 0, 1}, 1, {1}, {1}, {{"grads", 2}}, 1, 0, 0},
+  /* One of 4 row blocks of a batch of 24 rows (--loss-chunks): the mean over all 24. */
+  {"crossentropy_block", "crossentropy", "crossentropy_backward", 2, {F3(2, 3, 7), I2(2, 3, 7)}, 2,
+   {{'s', 1, {1}, 0}, S2(2, 3)}, 0, 1, 3, {0, SRC_OUT + 1, 1}, 1, {0}, {0}, {{"mean_over", 24}}, 1, 0, 0},
   /* A LoRA adapter's output v added, scaled, into columns 2..4 of y. */
   {"lora_add", "lora_add", "lora_add_backward", 2, {F3(2, 3, 7), F3(2, 3, 3)}, 1, {F3(2, 3, 7)}, 0, 0, 1,
    {SRC_DY}, 1, {1}, {0}, {{"scale", 1.5}, {"offset", 2}}, 2, 0, 0},
@@ -447,6 +450,30 @@ static void test_ema(void) {
   }
 }
 
+static const char *dtname(rt_DType d) { return d == RT_F32 ? "f32" : d == RT_BF16 ? "bf16" : "i32"; }
+
+/* slice and concat_rows: row blocks out and back, any dtype, bitwise. */
+static void test_slice_concat(void) {
+  const rt_DType dts[3] = {RT_F32, RT_BF16, RT_I32};
+  char err[256];
+  for (int d = 0; d < 3; d++) {
+    int64_t xs[3] = {4, 6, 5}, bs[2] = {6, 5};
+    rt_View x = mkview(dts[d], 3, xs), y = mkview(dts[d], 3, xs), blk[4];
+    for (int64_t i = 0; i < x.numel; i++) rt_store(&x, i, dts[d] == RT_I32 ? (float)(i * 7 % 13) : rnd());
+    for (int k = 0; k < 4; k++) {
+      blk[k] = mkview(dts[d], 2, bs);
+      rt_Attr at[1] = {{"offset", (double)(k * 30)}};
+      T_CHECKF(call("slice", &blk[k], 1, &x, 1, at, 1, NULL, 0, 1, err) == 0, "%s", err);
+    }
+    T_CHECKF(call("concat_rows", &y, 1, blk, 4, NULL, 0, NULL, 0, 1, err) == 0, "%s", err);
+    T_CHECKF(memcmp(x.data, y.data, vbytes(&x)) == 0, "%s: the blocks do not stack back into x", dtname(dts[d]));
+    T_CHECK(!memcmp((char *)x.data + 2 * vbytes(&blk[0]), blk[2].data, vbytes(&blk[2])));
+    rt_Attr past[1] = {{"offset", 91}};
+    T_CHECK(call("slice", &blk[0], 1, &x, 1, past, 1, NULL, 0, 1, err) == RT_KERNEL_EARGS && strstr(err, "offset"));
+    T_CHECK(call("concat_rows", &y, 1, blk, 3, NULL, 0, NULL, 0, 1, err) == RT_KERNEL_EARGS && strstr(err, "elements"));
+  }
+}
+
 static void test_grads_attr(void) {
   int64_t xs[2] = {3, 5}, ws[2] = {4, 5}, ys[2] = {3, 4};
   rt_View x = mkview(RT_F32, 2, xs), w = mkview(RT_F32, 2, ws), dy = mkview(RT_F32, 2, ys), dx = mkview(RT_F32, 2, xs);
@@ -506,7 +533,7 @@ static void test_registry(void) {
                          "layernorm_backward", "rmsnorm", "rmsnorm_backward", "matmul", "matmul_backward",
                          "attention", "attention_backward", "rope", "rope_backward", "gelu", "gelu_backward",
                          "swiglu", "swiglu_backward", "add", "crossentropy", "crossentropy_backward", "adamw",
-                         "lora_add", "lora_add_backward", "ema"};
+                         "lora_add", "lora_add_backward", "ema", "slice", "concat_rows"};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) T_CHECKF(rt_kernel_find(types[i]), "%s", types[i]);
   T_CHECK(rt_kernel_find("conv2d") == NULL);
   T_CHECK(rt_kernel_find("my_op") == NULL);
@@ -577,7 +604,6 @@ static void test_attention_causal(void) {
   T_CHECK(memcmp((float *)y0.data + T * yrow, (float *)t.out[0].data + T * yrow, (size_t)(T * yrow) * sizeof(float)) == 0);
 }
 
-static const char *dtname(rt_DType d) { return d == RT_F32 ? "f32" : d == RT_BF16 ? "bf16" : "i32"; }
 
 /* ------------------------------------------------------ the fast kernels */
 
@@ -746,6 +772,7 @@ int main(int argc, char **argv) {
   T_CASE("matmul and its backward equal naive loops bitwise across block edges") test_matmul_naive();
   T_CASE("adamw matches the scalar formula over 5 steps (f32)") test_adamw(0);
   T_CASE("adamw with an f32 master and bf16 params") test_adamw(1);
+  T_CASE("slice and concat_rows: 4 row blocks out and back, f32, bf16, i32, bitwise") test_slice_concat();
   T_CASE("ema is decay * ema + (1 - decay) * param in f32, bitwise, over 3 steps") test_ema();
   T_CASE("a \"grads\" attribute that does not match the outputs is refused") test_grads_attr();
   T_CASE("add, mixed storage") test_add();

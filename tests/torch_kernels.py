@@ -97,7 +97,8 @@ def forward(op, ins, a):
         lg, tg = ins
         V = int(a.get("vocab", lg.shape[-1]))  # a padded vocabulary's classes
         lg = lg[..., :V]
-        return [F.cross_entropy(lg.reshape(-1, V), tg.reshape(-1)).reshape(1), torch.logsumexp(lg, -1)]
+        loss = F.cross_entropy(lg.reshape(-1, V), tg.reshape(-1), reduction="sum") / a.get("mean_over", tg.numel())
+        return [loss.reshape(1), torch.logsumexp(lg, -1)]
     if op == "lora_add":
         # PEFT: result + lora_B(lora_A(x)) * scaling, on columns [offset, offset + W) of the projection.
         y, v = ins
