@@ -16,7 +16,8 @@
 #include <string.h>
 
 #define MODEL_NAME_LEN 96
-#define MODEL_MAX_IO 6
+/* Also the most --loss-chunks: concat_rows reads one input per chunk. */
+#define MODEL_MAX_IO 16
 #define MODEL_MAX_ATTRS 5
 /* Keeps every count, shape product and flop total far from int64 overflow. */
 #define MODEL_MAX_DIM (1 << 24)
@@ -58,6 +59,10 @@ typedef struct Builder {
   int no, capo;
   Phase phase;
   bool freeze; /* params made now are frozen (LoRA base weights) */
+  /* --loss-chunks: ops [loss_first, loss_end) are the chunked classifier,
+   * loss and their backward, which give loss_x (lnf's output) its whole
+   * gradient loss_dx; else loss_first is -1. */
+  int loss_first, loss_end, loss_x, loss_dx;
   bool full;   /* capacity exceeded: a bug in the capacity estimate */
   bool overflow;
 } Builder;
@@ -267,6 +272,85 @@ static int binary(Builder *b, const char *type, const char *opname, int x, int y
   return y;
 }
 
+/* --loss-chunks K: logits, loss and their gradient K row blocks at a time,
+ * each block's backward right after its loss, so one block's logits and
+ * dlogits are live at a time, never the whole [B,T,V]. Per block k: slices
+ * of h (lnf.y) and targets, lm_head.c<k> (matmul on w), ce.c<k>
+ * (crossentropy, its mean over all B*T rows: attribute mean_over), then
+ * bwd.ce.c<k> and bwd.lm_head.c<k> (dh block; dw accumulated across
+ * blocks). After the blocks: loss = the blocks' losses summed in order
+ * (adds), and grad.lnf.y = the dh blocks stacked (concat_rows). */
+static void chunked_loss(Builder *b, int h, int targets, int w, int64_t vocab) {
+  const ModelConfig *c = b->c;
+  int K = c->loss_chunks;
+  int64_t C = b->t[h].shape[b->t[h].rank - 1], N = b->t[h].numel / C, R = N / K, V = b->t[w].shape[0];
+  int dh[MODEL_MAX_IO], loss = -1;
+  b->loss_first = b->no;
+  b->loss_x = h;
+  for (int k = 0; k < K; k++) {
+    b->phase = PHASE_FORWARD;
+    int hk = new_tensor(b, KIND_ACTIVATION, c->dtype, SHAPE(R, C), "lnf.y.c%d", k);
+    int tk = new_tensor(b, KIND_ACTIVATION, DT_I32, SHAPE(R), "targets.c%d", k);
+    int logits = new_tensor(b, KIND_ACTIVATION, c->dtype, SHAPE(R, V), "logits.c%d", k);
+    int lk = new_tensor(b, KIND_ACTIVATION, DT_F32, SHAPE(1), "loss.c%d", k);
+    int lse = new_tensor(b, KIND_ACTIVATION, DT_F32, SHAPE(R), "ce.c%d.lse", k);
+    const int sliced[2][3] = {{h, hk, (int)C}, {targets, tk, 1}};
+    for (int s = 0; s < 2; s++) {
+      MOp *o = new_op(b, "slice", "%s", b->t[sliced[s][1]].name);
+      op_in(b, o, sliced[s][0]);
+      op_out(b, o, sliced[s][1]);
+      op_attr(b, o, "offset", (double)(k * R * sliced[s][2]));
+    }
+    MOp *o = new_op(b, "matmul", "lm_head.c%d", k);
+    op_in(b, o, hk);
+    op_in(b, o, w);
+    op_out(b, o, logits);
+    o = new_op(b, "crossentropy", "ce.c%d", k);
+    op_in(b, o, logits);
+    op_in(b, o, tk);
+    op_out(b, o, lk);
+    op_out(b, o, lse);
+    op_attr(b, o, "mean_over", (double)N);
+    if (V > vocab) op_attr(b, o, "vocab", (double)vocab);
+    b->phase = PHASE_BACKWARD;
+    int dlogits = new_tensor(b, KIND_ACTIVATION, c->dtype, SHAPE(R, V), "grad.logits.c%d", k);
+    o = new_op(b, "crossentropy_backward", "bwd.ce.c%d", k);
+    op_in(b, o, logits);
+    op_in(b, o, lse);
+    op_in(b, o, tk);
+    op_out(b, o, dlogits);
+    op_attr(b, o, "mean_over", (double)N);
+    if (V > vocab) op_attr(b, o, "vocab", (double)vocab);
+    dh[k] = new_tensor(b, KIND_ACTIVATION, c->dtype, SHAPE(R, C), "grad.lnf.y.c%d", k);
+    o = new_op(b, "matmul_backward", "bwd.lm_head.c%d", k);
+    op_in(b, o, dlogits);
+    op_in(b, o, hk);
+    op_in(b, o, w);
+    op_out(b, o, dh[k]);
+    if (b->t[w].frozen) op_attr(b, o, "grads", 1);
+    else op_out(b, o, b->t[w].grad);
+    if (k == 0) {
+      loss = lk;
+      continue;
+    }
+    b->phase = PHASE_FORWARD;
+    int sum = k + 1 < K ? new_tensor(b, KIND_ACTIVATION, DT_F32, SHAPE(1), "loss.sum%d", k)
+                        : new_tensor(b, KIND_ACTIVATION, DT_F32, SHAPE(1), "loss");
+    o = new_op(b, "add", "%s", b->t[sum].name);
+    op_in(b, o, loss);
+    op_in(b, o, lk);
+    op_out(b, o, sum);
+    loss = sum;
+  }
+  b->phase = PHASE_BACKWARD;
+  b->loss_dx = new_tensor(b, KIND_ACTIVATION, c->dtype, shape_of(b, h), "grad.%s", b->t[h].name);
+  MOp *o = new_op(b, "concat_rows", "acc.%s", b->t[h].name);
+  for (int k = 0; k < K; k++) op_in(b, o, dh[k]);
+  op_out(b, o, b->loss_dx);
+  b->loss_end = b->no;
+  b->phase = PHASE_FORWARD;
+}
+
 static void loss_op(Builder *b, const char *type, const char *opname, int y, int target, bool with_lse) {
   int loss = new_tensor(b, KIND_ACTIVATION, DT_F32, SHAPE(1), "loss");
   MOp *o = new_op(b, type, "%s", opname);
@@ -372,6 +456,10 @@ static void build_lm(Builder *b, bool llama) {
   }
   int h = norm(b, "lnf", x, llama);
   bool tied = !llama || c->tied;
+  if (c->loss_chunks > 1) {
+    chunked_loss(b, h, targets, tied ? wte : param(b, SHAPE(V, C), "lm_head.w"), c->vocab);
+    return;
+  }
   int logits = matmul(b, "lm_head", h, V, false, tied ? wte : -1);
   loss_op(b, "crossentropy", "ce", logits, targets, true);
   if (V > c->vocab) op_attr(b, &b->o[b->no - 1], "vocab", (double)c->vocab);
@@ -611,15 +699,20 @@ static int build_backward(Builder *b, Err *e) {
   }
   for (int i = 0; i < b->nt; i++) need[i] = b->t[i].kind == KIND_PARAM && !b->t[i].frozen;
   for (int i = 0; i < nfwd; i++) {
+    if (b->o[i].phase != PHASE_FORWARD) continue;
     bool any = false;
     for (int k = 0; k < b->o[i].nin; k++) any |= need[b->o[i].in[k]];
     for (int k = 0; k < b->o[i].nout; k++) need[b->o[i].out[k]] = any;
   }
+  /* A chunked loss section made its own backward: the rest starts below it. */
+  if (b->loss_first >= 0) nfwd = b->loss_first;
   for (int i = 0; i < b->capt; i++) gs.g[i] = -1;
   for (int i = 0; i < nfwd; i++)
     for (int k = 0; k < b->o[i].nin; k++)
       if (b->t[b->o[i].in[k]].kind == KIND_ACTIVATION) gs.total[b->o[i].in[k]]++;
+  if (b->loss_first >= 0) gs.total[b->loss_x] = 1;
   memcpy(gs.left, gs.total, (size_t)b->capt * sizeof(int));
+  if (b->loss_first >= 0) contribute(b, &gs, b->loss_x, b->loss_dx);
 
   b->phase = PHASE_BACKWARD;
   for (int i = nfwd - 1; i >= 0; i--) {
@@ -735,6 +828,8 @@ static void cost(Builder *b, MOp *o) {
       prods += g->kind == KIND_ACTIVATION || g->rank == 2;
     }
     o->flops = mul(b, f, bwd ? prods : 1);
+  } else if (!strcmp(base, "slice")) {
+    o->bytes = mul(b, 2, b->t[o->out[0]].bytes); /* reads only the rows it copies */
   } else if (!strcmp(base, "lora_add")) {
     /* Per adapter output element: scale and add; the backward scales. */
     o->flops = bwd ? b->t[o->out[0]].numel : mul(b, 2, b->t[o->in[1]].numel);
@@ -855,6 +950,12 @@ static int check_config(const ModelConfig *c, ModelConfig *out, Err *e) {
   if (out->lora_rank && !strcmp(f, "gpt2") && (lora_targets(out) & MODEL_LORA_GATE))
     return err_set(e, "model gpt2: --lora-targets gate: gpt2's MLP has no gate (up is fc, down fcproj)");
   if (!(out->ema_decay >= 0 && out->ema_decay < 1)) return err_set(e, "model %s: --ema decay must be in (0, 1)", f);
+  if (out->loss_chunks < 0 || out->loss_chunks > MODEL_MAX_IO)
+    return err_set(e, "model %s: --loss-chunks %d is out of range 1..%d", f, out->loss_chunks, MODEL_MAX_IO);
+  if (out->loss_chunks > 1 && !lm) return err_set(e, "model %s: --loss-chunks is for gpt2 and llama", f);
+  if (out->loss_chunks > 1 && ((int64_t)out->batch * out->seq) % out->loss_chunks)
+    return err_set(e, "model %s: --loss-chunks %d does not divide batch x seq = %lld rows", f, out->loss_chunks,
+                   (long long)out->batch * out->seq);
   if (lm) {
     if (out->dim % out->heads) return err_set(e, "model %s: --dim %d is not a multiple of --heads %d", f, out->dim, out->heads);
     if (out->heads % out->kv_heads)
@@ -885,6 +986,7 @@ static int build(const ModelConfig *cin, ModelConfig *c, Builder *b, Err *e) {
   b->o = util_xcalloc((size_t)b->capo, sizeof *b->o);
   if (!b->t || !b->o) return err_set(e, "model %s: out of memory", c->family);
   b->phase = PHASE_FORWARD;
+  b->loss_first = -1;
   if (!strcmp(c->family, "unet")) build_unet(b);
   else build_lm(b, !strcmp(c->family, "llama"));
   if (build_backward(b, e)) return -1;

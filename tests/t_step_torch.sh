@@ -1,6 +1,7 @@
 # t_step_torch.sh - one whole training step of gpt2-tiny, llama-tiny, a
 # gpt2 with a padded vocabulary, LoRA fine-tunes of gpt2 and llama (frozen
-# base weights, adapters on every target) and a gpt2 with an EMA,
+# base weights, adapters on every target), a gpt2 with an EMA and a llama
+# whose padded-vocabulary loss is computed in 4 row blocks (--loss-chunks),
 # emitted as a C schedule and run on libration's CPU backend (debug mode),
 # against PyTorch (Debian's python3-torch, installed by the Makefile): same
 # initial weights and batch, compare the loss, every gradient, the AdamW
@@ -23,7 +24,9 @@ $RATION model llama --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 
   --theta 10000 --lora 4 --lora-targets q,k,v,o,gate,up,down --name llama-lora -o "$tmp/llama-lora.json" >/dev/null
 $RATION model gpt2 --layers 2 --dim 64 --heads 4 --vocab 256 --seq 32 --batch 2 --dtype f32 --ema 0.99 --name gpt2-ema \
   -o "$tmp/gpt2-ema.json" >/dev/null
-for name in gpt2-tiny llama-tiny gpt2-pad gpt2-lora llama-lora gpt2-ema; do
+$RATION model llama --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --vocab 250 --vocab-pad 128 --seq 32 --batch 2 \
+  --dtype f32 --theta 10000 --loss-chunks 4 --name llama-chunks -o "$tmp/llama-chunks.json" >/dev/null
+for name in gpt2-tiny llama-tiny gpt2-pad gpt2-lora llama-lora gpt2-ema llama-chunks; do
   m=models/$name.json
   [ -f "$m" ] || m=$tmp/$name.json
   id=$(echo "$name" | tr -c 'A-Za-z0-9\n' '_')

@@ -202,7 +202,9 @@ static void check_backward(const G *g) {
   int nbwd = 0;
   for (int i = 0; i < g->no; i++) {
     const cJSON *op = g->o[i];
-    if (strcmp(str(op, "phase"), "backward") || !strcmp(str(op, "type"), "add")) continue;
+    /* concat_rows stacks --loss-chunks' blocks of dh: no forward op. */
+    if (strcmp(str(op, "phase"), "backward") || !strcmp(str(op, "type"), "add") || !strcmp(str(op, "type"), "concat_rows"))
+      continue;
     nbwd++;
     const char *type = str(op, "type"), *reads = NULL;
     for (size_t r = 0; r < sizeof contract / sizeof contract[0]; r++)
@@ -236,7 +238,8 @@ static void check_backward(const G *g) {
       }
     }
     T_CHECKF(k == nio(op, "inputs"), "%s reads %d tensors, the contract %d", str(op, "name"), nio(op, "inputs"), k);
-    /* Outputs: the gradients of F's inputs that are not graph inputs (nor
+    /* Outputs: the gradients of F's inputs that are not graph inputs or
+     * integers (a block of the targets) (nor
      * lora_add's y, whose gradient is dy), in order, or those attribute
      * "grads" names, never a frozen param's; a param's is its grad tensor,
      * an activation's shaped like it. */
@@ -245,7 +248,8 @@ static void check_backward(const G *g) {
     for (int j = 0; j < nio(F, "inputs"); j++) {
       int x = tfind(g, io(F, "inputs", j));
       const char *kind = str(g->t[x], "kind");
-      if (!strcmp(kind, "input") || (j == 0 && !strcmp(type, "lora_add_backward"))) continue;
+      if (!strcmp(kind, "input") || !strcmp(str(g->t[x], "dtype"), "i32") || (j == 0 && !strcmp(type, "lora_add_backward")))
+        continue;
       bool listed = !grads || ((int)grads->valuedouble >> j & 1);
       T_CHECKF(!listed || !frozen(g->t[x]), "%s: a gradient for frozen %s", str(op, "name"), str(g->t[x], "name"));
       if (!listed) continue;
@@ -618,6 +622,39 @@ int main(void) {
     T_CHECK(model_lora_targets("q,,v", &bits, &e) < 0 && strstr(e.msg, "''"));
     T_CHECK(model_lora_targets("qkv", &bits, &e) < 0 && strstr(e.msg, "'qkv'"));
   }
+  T_CASE("--loss-chunks: K blocks of logits, each block's backward right after its loss, no [B,T,V] tensor") {
+    for (int f = 0; f < 3; f++) {
+      ModelConfig c = tiny(f == 1 ? "llama" : "gpt2");
+      c.loss_chunks = f == 2 ? 2 : 4;
+      c.lora_rank = f == 2 ? 4 : 0; /* a frozen lm head: dx only */
+      c.vocab = 300;                /* no other tensor is [N, 300] */
+      check_all(&c);
+      G g;
+      T_CHECK(g_load(&g, &c));
+      int64_t N = 2 * 32, R = N / c.loss_chunks, V = 300, C = 64;
+      for (int i = 0; i < g.nt; i++)
+        T_CHECKF(strcmp(str(g.t[i], "kind"), "activation") || numel(g.t[i]) != N * V, "%s is the whole logits",
+                 str(g.t[i], "name"));
+      for (int k = 0; k < c.loss_chunks; k++) {
+        char n[64];
+        snprintf(n, sizeof n, "ce.c%d", k);
+        int ce = ofind(&g, n);
+        snprintf(n, sizeof n, "logits.c%d", k);
+        int lg = tfind(&g, n);
+        T_CHECK(ce >= 0 && lg >= 0 && numel(g.t[lg]) == R * V && num(cJSON_GetObjectItem(g.o[ce], "attrs"), "mean_over") == N);
+        if (ce < 0) continue;
+        T_CHECK(!strcmp(str(g.o[ce + 1], "type"), "crossentropy_backward") &&
+                !strcmp(str(g.o[ce + 2], "type"), "matmul_backward") && nio(g.o[ce + 2], "outputs") == (f == 2 ? 1 : 2));
+        T_CHECK(num(g.o[ce - 1], "flops") == (double)(2 * R * C * V) && num(g.o[ce + 2], "flops") == (double)(2 * R * C * V * (f == 2 ? 1 : 2)));
+      }
+      int acc = ofind(&g, "acc.lnf.y");
+      T_CHECK(acc >= 0 && nio(g.o[acc], "inputs") == c.loss_chunks && !strcmp(io(g.o[acc], "outputs", 0), "grad.lnf.y") &&
+              !strcmp(str(g.o[acc + 1], "name"), "bwd.lnf"));
+      const cJSON *sl = g.o[ofind(&g, "lnf.y.c1")];
+      T_CHECK(num(cJSON_GetObjectItem(sl, "attrs"), "offset") == (double)(R * C) && num(sl, "bytes") == (double)(2 * R * C * 4));
+      g_free(&g);
+    }
+  }
   T_CASE("--ema on a bf16 full fine-tune: an ema op of the master after each adamw") {
     ModelConfig c = tiny("gpt2");
     c.dtype = DT_BF16;
@@ -665,6 +702,12 @@ int main(void) {
     c = tiny("gpt2");
     c.lora_alpha = 8;
     T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "need --lora"));
+    c = tiny("gpt2");
+    c.loss_chunks = 3; /* 64 rows */
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "divide"));
+    c = tiny("gpt2");
+    c.loss_chunks = 32;
+    T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "--loss-chunks"));
     c = tiny("gpt2");
     c.ema_decay = 1;
     T_CHECK(model_param_count(&c, &e) < 0 && strstr(e.msg, "--ema"));

@@ -21,6 +21,7 @@
 #include "../runtime/ration.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,8 @@ static void check_frozen(rt_Session *ss, const rt_Schedule *s, const Graph *g, u
     if (s->tensors[t].kind != 1 || gi < 0 || !g->tensors[gi].frozen) continue;
     size_t n = (size_t)s->tensors[t].bytes;
     unsigned char *now = malloc(n);
-    r->status = now ? rt_read(ss, s->tensors[t].name, now, n) : RT_ENOMEM;
+    const rt_SchedTensor *T = &s->tensors[t];
+    r->status = now ? rt_read(ss, T->name, T->dtype, T->rank, T->shape, now, n) : RT_ENOMEM;
     if (r->status == RT_OK && save) memcpy(was + at, now, n), r->frozen++;
     else if (r->status == RT_OK && memcmp(was + at, now, n)) r->frozen_moved++;
     free(now);
@@ -106,11 +108,12 @@ static void check_frozen(rt_Session *ss, const rt_Schedule *s, const Graph *g, u
   }
 }
 
-/* Runs NSTEPS steps of schedule S from a fixed initial state and batches. */
-/* Debug mode always; DELAY_US 0 means random copy delays. */
-static void run_schedule(const rt_Schedule *s, const Graph *g, unsigned delay_us, Result *r) {
+/* Runs NSTEPS steps of schedule S from a fixed initial state and batches:
+ * the resident state after them, then the losses, in r->blob. FLAGS:
+ * RT_OPEN_*; DELAY_US 0 means random copy delays in debug mode. */
+static void run_steps(const rt_Schedule *s, const Graph *g, unsigned delay_us, unsigned flags, int nsteps, Result *r) {
   memset(r, 0, sizeof *r);
-  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_DEBUG, .seed = 7, .delay_us = delay_us};
+  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = flags, .seed = 7, .delay_us = delay_us};
   rt_Session *ss;
   r->status = rt_open(s, &o, &ss, r->err, sizeof r->err);
   if (r->status != RT_OK) return;
@@ -122,10 +125,10 @@ static void run_schedule(const rt_Schedule *s, const Graph *g, unsigned delay_us
   size_t total = 0;
   for (int t = 0; t < s->ntensors; t++)
     if (s->tensors[t].kind >= 1 && s->tensors[t].kind <= 3) total += (size_t)s->tensors[t].bytes;
-  r->blob = calloc(total + NSTEPS * sizeof(float) + 1, 1);
+  r->blob = calloc(total + nsteps * sizeof(float) + 1, 1);
   unsigned char *frozen = malloc(total + 1);
   check_frozen(ss, s, g, frozen, true, r);
-  for (int step = 0; step < NSTEPS && r->status == RT_OK; step++) {
+  for (int step = 0; step < nsteps && r->status == RT_OK; step++) {
     for (int t = 0; t < s->ntensors && r->status == RT_OK; t++)
       if (s->tensors[t].kind == 0) r->status = fill_tensor(ss, &s->tensors[t], v, false);
     if (r->status == RT_OK) r->status = rt_step(ss);
@@ -141,7 +144,7 @@ static void run_schedule(const rt_Schedule *s, const Graph *g, unsigned delay_us
                           r->blob + at, (size_t)s->tensors[t].bytes);
       at += (size_t)s->tensors[t].bytes;
     }
-  r->n = total + NSTEPS * sizeof(float);
+  r->n = total + nsteps * sizeof(float);
   check_frozen(ss, s, g, frozen, false, r);
   free(frozen);
   rt_Stats st;
@@ -149,6 +152,11 @@ static void run_schedule(const rt_Schedule *s, const Graph *g, unsigned delay_us
   r->hwm = st.live_high_water;
   if (r->status != RT_OK) snprintf(r->err, sizeof r->err, "%s", rt_error(ss));
   rt_close(ss);
+}
+
+/* NSTEPS debug-mode steps. */
+static void run_schedule(const rt_Schedule *s, const Graph *g, unsigned delay_us, Result *r) {
+  run_steps(s, g, delay_us, RT_OPEN_DEBUG, NSTEPS, r);
 }
 
 /* Emits, compiles alone and loads plan P; the handle stays open. */
@@ -307,6 +315,87 @@ static void prove_graph(const char *graph_path, const char *device_path, const c
   device_free(d);
 }
 
+/* Largest |a - b| over the largest |b| of n f32 values. */
+static double rel_err(const float *a, const float *b, int64_t n) {
+  double d = 0, m = 1e-30;
+  for (int64_t i = 0; i < n; i++) {
+    if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+    if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+  }
+  return d / m;
+}
+
+/* gpt2-tiny with --loss-chunks 4 against itself unchunked: its keep-all
+ * peak lower by at least the 3/4 of the logits it never holds; one step
+ * (reference kernels) with every grad, param and optimizer state bitwise
+ * equal except the lm head's (tied wte: its dw sums over the rows in 4
+ * parts) and the loss (4 partial means added), which agree to f32. */
+static void prove_loss_chunks(const char *device_path) {
+  ModelConfig c[2];
+  Graph *g[2] = {NULL, NULL};
+  Plan *p[2] = {NULL, NULL};
+  void *h[2] = {NULL, NULL};
+  const rt_Schedule *s[2] = {NULL, NULL};
+  Result r[2] = {{0}, {0}};
+  int64_t peak[2] = {0, 0};
+  Err e = {{0}};
+  Device *d = device_load(device_path, &e);
+  char why[800] = "";
+  for (int k = 0; k < 2; k++) {
+    c[k] = (ModelConfig){.family = "gpt2", .name = k ? "gpt2_chunks4" : "gpt2_chunks1", .layers = 4, .dim = 64,
+                         .heads = 4, .vocab = 256, .seq = 128, .batch = 8, .dtype = DT_F32, .tied = true, .eps = 1e-5,
+                         .lr = 1e-3, .weight_decay = 0.1, .loss_chunks = k ? 4 : 0};
+    Buf b = {0};
+    if (d && model_build(&c[k], &b, &e) == 0) g[k] = graph_parse(c[k].name, b.data, b.len, &e);
+    buf_free(&b);
+    if (g[k]) peak[k] = plan_keep_all_peak(g[k], d, &e);
+    if (g[k] && peak[k] > 0) p[k] = try_plan(g[k], d, "keep-all", 2 * peak[k]);
+    if (p[k]) s[k] = load_plan(p[k], g[k], c[k].name, &h[k], why, sizeof why);
+    if (s[k]) run_steps(s[k], g[k], 0, RT_OPEN_DEBUG | RT_OPEN_REFERENCE, 1, &r[k]);
+  }
+  int64_t N = 8 * 128, R = N / 4, V = 256, saved = (N - R) * V * 4;
+  T_CASE("gpt2-tiny --loss-chunks 4: keep-all peak lower by at least 3/4 of the logits (786,432 bytes)") {
+    T_CHECKF(g[0] && g[1] && peak[0] > 0 && peak[1] > 0, "%s", e.msg);
+    T_CHECKF(peak[0] - peak[1] >= saved, "peaks %lld unchunked, %lld chunked", (long long)peak[0], (long long)peak[1]);
+    printf("# keep-all peak %lld -> %lld bytes (-%lld; the logits 4 blocks never hold: %lld)\n", (long long)peak[0],
+           (long long)peak[1], (long long)(peak[0] - peak[1]), (long long)saved);
+  }
+  T_CASE("gpt2-tiny --loss-chunks 4 vs unchunked, one step: bitwise but the lm head's dw and the loss") {
+    T_CHECKF(s[0] && s[1], "%s", why);
+    T_CHECKF(r[0].status == RT_OK && r[1].status == RT_OK && r[0].n == r[1].n, "%s %s", r[0].err, r[1].err);
+    if (s[0] && s[1] && r[0].status == RT_OK && r[1].status == RT_OK && r[0].n == r[1].n) {
+      size_t at = 0;
+      int same = 0, close = 0;
+      for (int t0 = 0, t1 = 0; t0 < s[0]->ntensors; t0++) {
+        const rt_SchedTensor *T = &s[0]->tensors[t0];
+        if (T->kind < 1 || T->kind > 3) continue;
+        while (t1 < s[1]->ntensors && (s[1]->tensors[t1].kind < 1 || s[1]->tensors[t1].kind > 3)) t1++;
+        T_CHECKF(t1 < s[1]->ntensors && !strcmp(T->name, s[1]->tensors[t1].name), "resident %s", T->name);
+        t1++;
+        if (!memcmp(r[0].blob + at, r[1].blob + at, (size_t)T->bytes)) {
+          same++;
+        } else {
+          double err = rel_err((const float *)(r[1].blob + at), (const float *)(r[0].blob + at), T->bytes / 4);
+          T_CHECKF(strstr(T->name, "wte") && err < 1e-5, "%s differs (%g)", T->name, err);
+          close++;
+        }
+        at += (size_t)T->bytes;
+      }
+      double lerr = rel_err((const float *)(r[1].blob + at), (const float *)(r[0].blob + at), 1);
+      T_CHECKF(lerr < 1e-6, "loss differs by %g", lerr);
+      printf("# %d resident tensors bitwise equal, %d (wte's) within 1e-5, loss within %.2g\n", same, close, lerr);
+      T_CHECK(same > 40 && close >= 1 && close <= 4);
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    free(r[k].blob);
+    if (h[k]) dlclose(h[k]);
+    plan_free(p[k]);
+    graph_free(g[k]);
+  }
+  device_free(d);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/ration-test-runtime-XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -317,7 +406,7 @@ int main(void) {
   prove_graph("models/gpt2-tiny.json", "budgets/cpu.json", NULL, &planned);
   prove_graph("models/llama-tiny.json", "budgets/cpu.json", NULL, &planned);
   /* gpt2 LoRA on every target it has, with an EMA; llama LoRA on q and v
-   * (the default) with an EMA. */
+   * (the default) with an EMA; gpt2 LoRA with the loss in 4 row blocks. */
   /* The cpu profile with copies 50 times slower: offloading costs, so the
    * ilp recomputes some tensors and offloads others. */
   char slow[300];
@@ -328,7 +417,8 @@ int main(void) {
       " \"launch_us\": 1, \"host_memory\": \"8GiB\"}\n";
   Err e = {{0}};
   T_CASE("slow-copy device written") T_CHECKF(util_write_file_atomic(slow, slow_json, sizeof slow_json - 1, &e) == 0, "%s", e.msg);
-  ModelConfig variants[2];
+  prove_loss_chunks("budgets/cpu.json");
+  ModelConfig variants[3];
   variants[0] = (ModelConfig){.family = "gpt2", .name = "gpt2_lora", .layers = 2, .dim = 64, .heads = 4, .vocab = 256,
                               .seq = 64, .batch = 4, .dtype = DT_F32, .tied = true, .eps = 1e-5, .lr = 1e-3,
                               .weight_decay = 0.1, .lora_rank = 4, .lora_targets = MODEL_LORA_Q | MODEL_LORA_K |
@@ -337,7 +427,11 @@ int main(void) {
                               .kv_heads = 2, .ffn = 96, .vocab = 256, .seq = 64, .batch = 4, .dtype = DT_F32,
                               .eps = 1e-5, .theta = 10000, .lr = 1e-3, .weight_decay = 0.1, .lora_rank = 4,
                               .ema_decay = 0.99};
-  for (int i = 0; i < 2; i++) {
+  variants[2] = variants[0];
+  variants[2].name = "gpt2_lora_chunks";
+  variants[2].loss_chunks = 4;
+  variants[2].ema_decay = 0;
+  for (int i = 0; i < 3; i++) {
     char path[400];
     Buf b = {0};
     snprintf(path, sizeof path, "%s/%s.json", tmpdir, variants[i].name);

@@ -71,16 +71,22 @@ def main():
     for (name, when), v in d.items():
         if when == "before":
             vals[name] = v.clone().requires_grad_(v.is_floating_point())
-    loss_name = None
+    shapes = {t["name"]: t["shape"] for t in g["tensors"]}
     for op in g["ops"]:
         if op["phase"] != "forward":
             continue
         ins = [vals[n] for n in op["inputs"]]
-        outs = [ins[0] + ins[1]] if op["type"] == "add" else forward(op["type"], ins, op.get("attrs", {}))
+        if op["type"] == "add":
+            outs = [ins[0] + ins[1]]
+        elif op["type"] == "slice":  # a block of rows: elements [offset, offset + numel(y)) of x
+            shape = shapes[op["outputs"][0]]
+            off = int(op["attrs"]["offset"])
+            outs = [ins[0].reshape(-1)[off:off + int(np.prod(shape))].reshape(shape)]
+        else:
+            outs = forward(op["type"], ins, op.get("attrs", {}))
         for n, o in zip(op["outputs"], outs):
             vals[n] = o
-        if op["type"] == "crossentropy":
-            loss_name = op["outputs"][0]
+    loss_name = g["outputs"][0]
     loss = vals[loss_name]
     loss.backward()
     ok = compare("loss", d[(loss_name, "after")], loss)
