@@ -396,6 +396,75 @@ static void prove_loss_chunks(const char *device_path) {
   device_free(d);
 }
 
+/* Graph tensor T's resident value (the runtime's dtype codes are the graph's). */
+static int read_tensor(rt_Session *ss, const Tensor *T, void *dst) {
+  return rt_read(ss, T->name, (int)T->dtype, T->rank, T->shape, dst, (size_t)T->bytes);
+}
+
+/* An EMA graph's keep-all schedule, NSTEPS debug steps one at a time from
+ * rt_init_params (an EMA starts equal to its param): each ema.P after them
+ * equals decay * ema + (1 - decay) * P formed here in f32, in that order,
+ * from P's value after each step, bitwise. */
+static void prove_ema(const char *graph_path, const char *device_path) {
+  Err e = {{0}};
+  Graph *g = graph_load(graph_path, &e);
+  Device *d = g ? device_load(device_path, &e) : NULL;
+  Plan *p = d ? try_plan(g, d, "keep-all", 2 * plan_keep_all_peak(g, d, &e)) : NULL;
+  void *h = NULL;
+  char why[800] = "";
+  const rt_Schedule *s = p ? load_plan(p, g, "ema_direct", &h, why, sizeof why) : NULL;
+  rt_Options o = {.backend = RT_BACKEND_CPU, .flags = RT_OPEN_DEBUG, .seed = 7};
+  rt_Session *ss = NULL;
+  int rc = s ? rt_open(s, &o, &ss, why, sizeof why) : RT_EINVAL;
+  if (rc == RT_OK) rc = rt_init_params(ss, 42, 0.02);
+  enum { MAX_EMA = 64 };
+  int nema = 0, bad = 0, state[MAX_EMA], src[MAX_EMA];
+  float decay[MAX_EMA], *want[MAX_EMA];
+  for (int i = 0; rc == RT_OK && i < g->nops && nema < MAX_EMA; i++) {
+    const Op *op = &g->ops[i];
+    if (strcmp(op->type, "ema")) continue;
+    state[nema] = op->inputs[0];
+    src[nema] = op->inputs[1];
+    decay[nema] = (float)op->attrs[0].num;
+    T_CHECK(op->nattrs == 1 && !strcmp(op->attrs[0].key, "decay") && g->tensors[src[nema]].dtype == DT_F32);
+    want[nema] = malloc((size_t)g->tensors[state[nema]].bytes);
+    rc = read_tensor(ss, &g->tensors[state[nema]], want[nema]);
+    nema++;
+  }
+  int64_t most = 0;
+  for (int t = 0; g && t < g->ntensors; t++) most = g->tensors[t].bytes > most ? g->tensors[t].bytes : most;
+  float *now = malloc((size_t)most + 4);
+  rng = 0x1234567ull;
+  int64_t v = s ? vocab(s) : 0;
+  for (int step = 0; step < NSTEPS && rc == RT_OK; step++) {
+    for (int t = 0; t < s->ntensors && rc == RT_OK; t++)
+      if (s->tensors[t].kind == 0) rc = fill_tensor(ss, &s->tensors[t], v, false);
+    if (rc == RT_OK) rc = rt_step(ss);
+    for (int k = 0; k < nema && rc == RT_OK; k++) {
+      const Tensor *P = &g->tensors[src[k]];
+      rc = read_tensor(ss, P, now);
+      float dk = decay[k], ck = 1.0f - decay[k];
+      for (int64_t i = 0; rc == RT_OK && i < P->bytes / 4; i++) want[k][i] = dk * want[k][i] + ck * now[i];
+    }
+  }
+  for (int k = 0; k < nema && rc == RT_OK; k++) {
+    const Tensor *E = &g->tensors[state[k]];
+    rc = read_tensor(ss, E, now);
+    bad += rc == RT_OK && memcmp(now, want[k], (size_t)E->bytes) != 0;
+  }
+  T_CASE("--ema: each ema.P after 3 steps is decay * ema + (1 - decay) * P in f32 from P after each step, bitwise") {
+    T_CHECKF(rc == RT_OK && nema > 0, "%s %s %s", e.msg, why, ss ? rt_error(ss) : "");
+    T_CHECKF(bad == 0, "%d of %d EMAs differ", bad, nema);
+  }
+  free(now);
+  for (int k = 0; k < nema; k++) free(want[k]);
+  if (ss) rt_close(ss);
+  if (h) dlclose(h);
+  plan_free(p);
+  graph_free(g);
+  device_free(d);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/ration-test-runtime-XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -439,6 +508,7 @@ int main(void) {
                           "%s", e.msg);
     buf_free(&b);
     prove_graph(path, slow, "ilp", &planned);
+    if (variants[i].ema_decay > 0) prove_ema(path, "budgets/cpu.json");
   }
   printf("# %d planned schedules proven against keep-all\n", planned);
   char cmd[300];
