@@ -44,6 +44,11 @@ done
 expect_fail "model: unknown family" "unknown family" $RATION model resnet -o "$tmp/x.json"
 expect_fail "model: bad --heads" "--heads" $RATION model gpt2 --heads 7 -o "$tmp/x.json"
 expect_fail "model: bad --dtype" "--dtype" $RATION model gpt2 --dtype f64 -o "$tmp/x.json"
+expect_fail "model: unknown --lora-targets" "unknown target 'qkv'" $RATION model gpt2 --lora 4 --lora-targets q,qkv -o "$tmp/x.json"
+expect_fail "model: gpt2 has no gate" "no gate" $RATION model gpt2 --lora 4 --lora-targets gate -o "$tmp/x.json"
+expect_fail "model: --lora-alpha without --lora" "need --lora" $RATION model llama --lora-alpha 8 -o "$tmp/x.json"
+expect_fail "model: --ema out of range" "--ema" $RATION model gpt2 --ema 1.5 -o "$tmp/x.json"
+expect_fail "model: --loss-chunks not dividing" "does not divide" $RATION model gpt2 --seq 100 --batch 1 --loss-chunks 8 -o "$tmp/x.json"
 expect_fail "model: no -o" "-o" $RATION model gpt2
 expect_fail "model: unwritable -o" "cannot write" $RATION model gpt2 -o "$tmp/no/such/dir.json"
 [ ! -e "$tmp/x.json" ] && ok "model: nothing written on error" || fail "model: nothing written on error"
