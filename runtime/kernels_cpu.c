@@ -964,7 +964,8 @@ typedef struct {
   int64_t OC, W, off;
 } LoraAdd;
 
-static void lora_add_rows(const void *ctx, int64_t n0, int64_t n1) {
+/* rows [n0, n1) */
+static void lora_add_forward(const void *ctx, int64_t n0, int64_t n1) {
   const LoraAdd *k = ctx;
   for (int64_t n = n0; n < n1; n++)
     for (int64_t c = 0; c < k->OC; c++) {
@@ -976,7 +977,7 @@ static void lora_add_rows(const void *ctx, int64_t n0, int64_t n1) {
 }
 
 /* dv[n, j] = scale * dy[n, offset + j] */
-static void lora_add_backward_rows(const void *ctx, int64_t n0, int64_t n1) {
+static void lora_add_backward(const void *ctx, int64_t n0, int64_t n1) {
   const LoraAdd *k = ctx;
   for (int64_t n = n0; n < n1; n++)
     for (int64_t j = 0; j < k->W; j++) rt_store(k->out, n * k->W + j, k->scale * rt_load(k->base, n * k->OC + k->off + j));
@@ -1002,7 +1003,7 @@ static int k_lora_add(const rt_KernelArgs *a, char *err, size_t errlen) {
   int rc = lora_shape(a, &a->in[0], &a->in[1], &k, err, errlen, OP);
   if (rc) return rc;
   REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "the output must be float, y's size");
-  par_for(a, k.OC ? a->in[0].numel / k.OC : 0, row_grain(k.OC), lora_add_rows, &k);
+  par_for(a, k.OC ? a->in[0].numel / k.OC : 0, row_grain(k.OC), lora_add_forward, &k);
   return 0;
 }
 
@@ -1012,7 +1013,7 @@ static int k_lora_add_backward(const rt_KernelArgs *a, char *err, size_t errlen)
   LoraAdd k = {&a->out[0], &a->in[0], NULL, 0, 0, 0, 0};
   int rc = lora_shape(a, &a->in[0], &a->out[0], &k, err, errlen, OP);
   if (rc) return rc;
-  par_for(a, a->out[0].numel / k.W, row_grain(k.W), lora_add_backward_rows, &k);
+  par_for(a, a->out[0].numel / k.W, row_grain(k.W), lora_add_backward, &k);
   return 0;
 }
 

@@ -421,12 +421,14 @@ static void test_adamw(int with_master) {
 }
 
 /* ema = decay * ema + (1 - decay) * param in f32, that order: bitwise, for
- * f32 and bf16 params, over steps; and the arguments it refuses. */
-static void test_ema(void) {
-  int64_t n = 41;
+ * f32 and bf16 params, over steps, on the reference path and (POOL, with
+ * more elements than one chunk) the fast one; and the arguments it refuses. */
+static void test_ema(rt_Pool *pool) {
+  int64_t n = pool ? 3 * 8192 + 41 : 41;
+  kctx = pool;
   for (int bf = 0; bf < 2; bf++) {
     rt_View e = mkview(RT_F32, 1, &n), p = mkview(bf ? RT_BF16 : RT_F32, 1, &n);
-    float want[41];
+    float *want = xcalloc((size_t)n * sizeof(float));
     for (int i = 0; i < n; i++) ((float *)e.data)[i] = want[i] = rnd();
     rt_Attr at[1] = {{"decay", 0.9}};
     char err[256];
@@ -448,6 +450,7 @@ static void test_ema(void) {
     rt_View in_bf[2] = {p, p}, out_bf[1] = {p};
     if (bf) T_CHECK(call("ema", out_bf, 1, in_bf, 2, at, 1, NULL, 0, 1, err) == RT_KERNEL_EARGS && strstr(err, "f32"));
   }
+  kctx = NULL;
 }
 
 static const char *dtname(rt_DType d) { return d == RT_F32 ? "f32" : d == RT_BF16 ? "bf16" : "i32"; }
@@ -773,7 +776,7 @@ int main(int argc, char **argv) {
   T_CASE("adamw matches the scalar formula over 5 steps (f32)") test_adamw(0);
   T_CASE("adamw with an f32 master and bf16 params") test_adamw(1);
   T_CASE("slice and concat_rows: 4 row blocks out and back, f32, bf16, i32, bitwise") test_slice_concat();
-  T_CASE("ema is decay * ema + (1 - decay) * param in f32, bitwise, over 3 steps") test_ema();
+  T_CASE("ema is decay * ema + (1 - decay) * param in f32, bitwise, over 3 steps") test_ema(NULL);
   T_CASE("a \"grads\" attribute that does not match the outputs is refused") test_grads_attr();
   T_CASE("add, mixed storage") test_add();
   T_CASE("attention is causal and per-batch") test_attention_causal();
@@ -789,6 +792,7 @@ int main(int argc, char **argv) {
                fast_cases[i].name, d ? "bf16" : "f32");
       T_CASE(name) check_fast(&fast_cases[i], d ? RT_BF16 : RT_F32, p1, p2);
     }
+  if (p2) T_CASE("ema on 2 threads, 24,617 elements: the formula bitwise") test_ema(p2);
   printf("  GEMM: %s\n", rt_sgemm_name());
   rt_pool_close(p1);
   rt_pool_close(p2);
