@@ -4,8 +4,9 @@
  * kernels (every tensor in its own buffer), and the grads it leaves behind
  * are compared with central finite differences of its loss. This is what
  * proves the derived backward wiring (residual partials summed by `acc.*`,
- * the tied lm head's two writers into grad.wte, the rope/GQA path) rather
- * than just its shape. A few AdamW steps must then lower the loss.
+ * the tied lm head's two writers into grad.wte, the rope/GQA path, LoRA's
+ * adapters over frozen weights, the loss in row blocks) rather than just
+ * its shape. A few AdamW steps must then lower the loss.
  */
 #include "kernels.h"
 #include "ration.h"
@@ -86,7 +87,7 @@ static double run(Exec *x, bool backward, bool optimizer) {
   for (int i = 0; i < g->nops; i++) {
     Op *op = &g->ops[i];
     if ((op->phase == PHASE_BACKWARD && !backward) || (op->phase == PHASE_OPTIMIZER && !optimizer)) continue;
-    rt_View in[8], out[8];
+    rt_View in[16], out[16];
     rt_Attr attrs[8];
     for (int k = 0; k < op->ninputs; k++) in[k] = x->v[op->inputs[k]];
     for (int k = 0; k < op->noutputs; k++) out[k] = x->v[op->outputs[k]];
@@ -109,7 +110,7 @@ static void check_grads(Exec *x, int *checked, double *worst) {
   run(x, true, false);
   for (int i = 0; i < g->ntensors; i++) {
     Tensor *t = &g->tensors[i];
-    if (t->kind != KIND_PARAM) continue;
+    if (t->kind != KIND_PARAM || t->frozen) continue;
     char gname[256];
     snprintf(gname, sizeof gname, "grad.%s", t->name);
     int gi = graph_find_tensor(g, gname);
@@ -158,14 +159,25 @@ int main(void) {
   const struct {
     const char *name, *family;
     bool tied;
+    int lora, chunks;
   } cases[] = {
-      {"gpt2: grads of every param match finite differences", "gpt2", true},
-      {"llama (GQA, rope): grads match finite differences", "llama", false},
-      {"llama, tied lm head: grads match finite differences", "llama", true},
+      {"gpt2: grads of every param match finite differences", "gpt2", true, 0, 0},
+      {"llama (GQA, rope): grads match finite differences", "llama", false, 0, 0},
+      {"llama, tied lm head: grads match finite differences", "llama", true, 0, 0},
+      {"gpt2, loss in 3 row blocks: grads match finite differences", "gpt2", true, 0, 3},
+      {"gpt2 LoRA on every target, alpha 2r, loss in 4 blocks: adapter grads match", "gpt2", true, 4, 4},
+      {"llama LoRA on every target: adapter grads match finite differences", "llama", false, 4, 0},
   };
   for (size_t m = 0; m < sizeof cases / sizeof cases[0]; m++) {
     T_CASE(cases[m].name) {
       ModelConfig c = small(cases[m].family, cases[m].tied);
+      c.loss_chunks = cases[m].chunks;
+      c.lora_rank = cases[m].lora;
+      if (c.lora_rank) {
+        c.lora_alpha = 2 * c.lora_rank;
+        c.lora_targets = MODEL_LORA_Q | MODEL_LORA_K | MODEL_LORA_V | MODEL_LORA_O | MODEL_LORA_UP | MODEL_LORA_DOWN;
+        if (!strcmp(c.family, "llama")) c.lora_targets |= MODEL_LORA_GATE;
+      }
       Exec *x = exec_new(&c);
       T_CHECK(x != NULL);
       if (!x) continue;
