@@ -1,5 +1,5 @@
 /*
- * step_dump.c - runs one training step of an emitted schedule on the CPU
+ * step_dump.c - runs one training step (or STEP_DUMP_STEPS) of an emitted schedule on the CPU
  * backend and dumps what tests/torch_step.py checks against PyTorch: every
  * param, master copy and input before the step, every param, grad and
  * optimizer state after it, and the loss. DIR/manifest.txt lists them as
@@ -8,6 +8,7 @@
  * Build: cc -DSCHED_HEADER='"NAME.sched.h"' -DSCHED_ENTRY=ration_schedule_NAME
  *        step_dump.c NAME.sched.c libration.a -lm -lpthread
  * Usage: step_dump DIR [cpu|cuda|auto]   (exit 3: the backend is unavailable)
+ *        STEP_DUMP_STEPS=N in the environment: N steps on the same batch
  */
 #include SCHED_HEADER
 #include "ration.h"
@@ -93,7 +94,9 @@ int main(int argc, char **argv) {
   }
   for (int t = 0; t < S->ntensors && rc == RT_OK; t++)
     if (S->tensors[t].kind <= 3) rc = dump(s, man, argv[1], t, "before");
-  if (rc == RT_OK) rc = rt_step(s);
+  /* STEP_DUMP_STEPS=N: N steps on the same batch (default 1). */
+  const char *ns = getenv("STEP_DUMP_STEPS");
+  for (int i = 0, n = ns ? atoi(ns) : 1; i < n && rc == RT_OK; i++) rc = rt_step(s);
   for (int t = 0; t < S->ntensors && rc == RT_OK; t++)
     if ((S->tensors[t].kind >= 1 && S->tensors[t].kind <= 3) || S->tensors[t].is_output)
       rc = dump(s, man, argv[1], t, "after");
