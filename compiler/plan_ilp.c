@@ -26,6 +26,9 @@
 #include <string.h>
 #include <time.h>
 
+/* Columns of a Lin: a product's factor holds at most 2 (eq, at_or_after),
+ * an AND at most 3 factors, so an AND's row holds at most 1 + 3 x 2; the
+ * rows that grow with the graph (build_reruns' upper rows) are Rows. */
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
 #define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
@@ -65,14 +68,23 @@ typedef struct Prod {
   int first; /* index into the model's factor pool */
 } Prod;
 
-/* A live condition that is an OR of ANDs of 0/1 expressions. Consecutive
- * positions with the same condition share one column (Run), which keeps
- * the model to one column per change of the condition, not per step. */
-#define SIG_MAX 16
+/* A row of any length with a constant (grown by doubling). */
+typedef struct Row {
+  int n, cap;
+  int *col;
+  double *c;
+  double k;
+} Row;
+
+/* A live condition that is an OR of ANDs (of at most 3) 0/1 expressions,
+ * one AND per consumer of a tensor, so as many as the graph has (a
+ * conditioning tensor read by every block). Consecutive positions with the
+ * same condition share one column (Run), which keeps the model to one
+ * column per change of the condition, not per step. */
 typedef struct Sig {
-  int ng;
-  int nf[SIG_MAX];
-  Lin f[SIG_MAX][3];
+  int ng, cap;
+  int *nf;
+  Lin (*f)[3];
 } Sig;
 
 typedef struct Run {
@@ -157,6 +169,9 @@ typedef struct Ilp {
   int nexcluded;
   Run run; /* scratch of the memory terms */
   Sig sig;
+  Lin *ors; /* ... an OR's terms (cap: nors) */
+  int nors;
+  Row up;   /* ... and a re-run's upper row */
   bool failed;
 } Ilp;
 
@@ -192,6 +207,41 @@ static void lin_addl(Ilp *md, Lin *l, const Lin *b, double s) {
   l->k += s * b->k;
 }
 
+/* Room for n entries in two parallel arrays of *cap entries (of a and b
+ * bytes each), grown by doubling. */
+static bool reserve2(void **x, size_t a, void **y, size_t b, int *cap, int n) {
+  if (n <= *cap) return true;
+  int nc = *cap ? *cap * 2 : 16;
+  while (nc < n) nc *= 2;
+  void *nx = realloc(*x, (size_t)nc * a);
+  if (nx) *x = nx;
+  void *ny = realloc(*y, (size_t)nc * b);
+  if (ny) *y = ny;
+  if (!nx || !ny) return false;
+  *cap = nc;
+  return true;
+}
+
+static bool row_reserve(Row *r, int n) {
+  return reserve2((void **)&r->col, sizeof(int), (void **)&r->c, sizeof(double), &r->cap, n);
+}
+
+static void row_addl(Ilp *md, Row *r, const Lin *b, double s) {
+  for (int i = 0; i < b->n; i++) {
+    int j = 0;
+    while (j < r->n && r->col[j] != b->col[i]) j++;
+    if (j == r->n) {
+      if (!row_reserve(r, r->n + 1)) {
+        md->failed = true;
+        return;
+      }
+      r->col[j] = b->col[i], r->c[j] = 0, r->n++;
+    }
+    r->c[j] += s * b->c[i];
+  }
+  r->k += s * b->k;
+}
+
 static bool lin_is_zero(const Lin *l) {
   for (int i = 0; i < l->n; i++)
     if (l->c[i] != 0) return false;
@@ -204,11 +254,14 @@ static bool lin_is_const(const Lin *l) {
   return true;
 }
 
-static void row_lin(Ilp *md, double lb, double ub, const Lin *l) {
-  if (lin_is_const(l)) return;
-  if (milp_add_row(&md->m, lb > -HUGE_VAL ? lb - l->k : lb, ub < HUGE_VAL ? ub - l->k : ub, l->n, l->col, l->c) < 0)
-    md->failed = true;
+static void add_row(Ilp *md, double lb, double ub, int n, const int *col, const double *c, double k) {
+  bool constant = true;
+  for (int i = 0; i < n && constant; i++) constant = c[i] == 0;
+  if (constant) return;
+  if (milp_add_row(&md->m, lb > -HUGE_VAL ? lb - k : lb, ub < HUGE_VAL ? ub - k : ub, n, col, c) < 0) md->failed = true;
 }
+
+static void row_lin(Ilp *md, double lb, double ub, const Lin *l) { add_row(md, lb, ub, l->n, l->col, l->c, l->k); }
 
 static int new_col(Ilp *md, double lb, double ub, double obj, bool integer) {
   int c = milp_add_col(&md->m, lb, ub, obj, integer);
@@ -294,8 +347,17 @@ static Lin or_of(Ilp *md, const Lin *f, int n) {
   return var(md, z);
 }
 
-static void sig_add(Sig *s, const Lin *f, int n) {
-  if (s->ng == SIG_MAX) return;
+static bool sig_reserve(Sig *s, int n) {
+  return reserve2((void **)&s->nf, sizeof(int), (void **)&s->f, sizeof *s->f, &s->cap, n);
+}
+
+static void sig_free(Sig *s) { free(s->nf), free(s->f); }
+
+static void sig_add(Ilp *md, Sig *s, const Lin *f, int n) {
+  if (!sig_reserve(s, s->ng + 1)) {
+    md->failed = true;
+    return;
+  }
   Lin g[3];
   int k = 0;
   for (int i = 0; i < n; i++) {
@@ -312,9 +374,17 @@ static void sig_add(Sig *s, const Lin *f, int n) {
 
 static void run_flush(Ilp *md, Run *r, int p1, int64_t bytes) {
   if (r->open && r->sig.ng) {
-    Lin ors[SIG_MAX];
-    for (int i = 0; i < r->sig.ng; i++) ors[i] = and_of(md, r->sig.f[i], r->sig.nf[i]);
-    Lin l = or_of(md, ors, r->sig.ng);
+    if (r->sig.ng > md->nors) {
+      Lin *ors = realloc(md->ors, (size_t)r->sig.ng * sizeof(Lin));
+      if (!ors) {
+        md->failed = true;
+        r->open = false;
+        return;
+      }
+      md->ors = ors, md->nors = r->sig.ng;
+    }
+    for (int i = 0; i < r->sig.ng; i++) md->ors[i] = and_of(md, r->sig.f[i], r->sig.nf[i]);
+    Lin l = or_of(md, md->ors, r->sig.ng);
     term(md, r->p0, p1, &l, bytes);
   }
   r->open = false;
@@ -337,7 +407,12 @@ static bool sig_equal(const Sig *a, const Sig *b) {
   return true;
 }
 
-static void sig_copy(Sig *dst, const Sig *src) {
+static void sig_copy(Ilp *md, Sig *dst, const Sig *src) {
+  if (!sig_reserve(dst, src->ng)) {
+    md->failed = true;
+    dst->ng = 0;
+    return;
+  }
   dst->ng = src->ng;
   for (int i = 0; i < src->ng; i++) {
     dst->nf[i] = src->nf[i];
@@ -348,7 +423,7 @@ static void sig_copy(Sig *dst, const Sig *src) {
 static void run_step(Ilp *md, Run *r, const Sig *s, int p, int64_t bytes) {
   if (r->open && sig_equal(&r->sig, s)) return;
   run_flush(md, r, p - 1, bytes);
-  sig_copy(&r->sig, s);
+  sig_copy(md, &r->sig, s);
   r->p0 = p;
   r->open = true;
 }
@@ -1262,8 +1337,10 @@ static void build_reruns(Ilp *md) {
       int k = md->cand_t[md->cand_first[q] + c];
       Lin y = var(md, md->ycol[md->cand_first[q] + c]);
       Lin prev = ylt(md, q, k);
-      Lin up = y; /* y - prev - triggers <= 0 */
-      lin_addl(md, &up, &prev, -1);
+      Row *up = &md->up; /* y - prev - triggers <= 0: a trigger per output and consumer */
+      up->n = 0, up->k = 0;
+      row_addl(md, up, &y, 1);
+      row_addl(md, up, &prev, -1);
       if (c > 0) {
         Lin mono = y;
         lin_addl(md, &mono, &prev, -1);
@@ -1277,7 +1354,7 @@ static void build_reruns(Ilp *md) {
           Lin own = y;
           lin_add(md, &own, md->colR[v], -1);
           row_lin(md, 0, HUGE_VAL, &own);
-          lin_add(md, &up, md->colR[v], -1);
+          row_addl(md, up, &(Lin){.n = 1, .col = {md->colR[v]}, .c = {1}}, -1);
         }
         for (int cc = 0; cc < md->cons_n[v]; cc++) {
           int q2 = md->cons[md->cons_first[v] + cc];
@@ -1285,7 +1362,7 @@ static void build_reruns(Ilp *md) {
           if (tv->stashed && (!decided(md, v) || k > tv->first_bwd_read)) continue;
                     Lin e2 = eq(md, q2, k);
           if (!tv->stashed) {
-            lin_addl(md, &up, &e2, -1);
+            row_addl(md, up, &e2, -1);
           } else {
             int w = new_col(md, 0, 1, 0, false);
             Lin a = var(md, w);
@@ -1294,7 +1371,7 @@ static void build_reruns(Ilp *md) {
             Lin b = var(md, w);
             lin_add(md, &b, md->colR[v], -1);
             row_lin(md, -HUGE_VAL, 0, &b);
-            lin_add(md, &up, w, -1);
+            row_addl(md, up, &(Lin){.n = 1, .col = {w}, .c = {1}}, -1);
             if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod)) ||
                 !push((void **)&md->fac, md->nfac + 2, &md->cap_fac, sizeof(Lin))) {
               md->failed = true;
@@ -1306,7 +1383,7 @@ static void build_reruns(Ilp *md) {
           }
         }
       }
-      row_lin(md, -HUGE_VAL, 0, &up);
+      add_row(md, -HUGE_VAL, 0, up->n, up->col, up->c, up->k);
     }
   }
   /* A consumer re-run pulls q in with it. Outside q's (truncated) candidate
@@ -1362,7 +1439,7 @@ static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
     for (int c = 0; c < md->cons_n[t]; c++) {
       Lin a = at_or_after(md, md->cons[md->cons_first[t] + c], p);
       Lin f[2] = {*alive, a};
-      sig_add(sg, f, 2);
+      sig_add(md, sg, f, 2);
     }
     run_step(md, run, sg, p, bytes);
   }
@@ -1420,7 +1497,7 @@ static void build_memory(Ilp *md) {
         sg->ng = 0;
         for (int c = 0; m >= minc && c < md->cons_n[t]; c++) {
           Lin fct[2] = {o, yle(md, md->cons[md->cons_first[t] + c], m)};
-          sig_add(sg, fct, 2);
+          sig_add(md, sg, fct, 2);
         }
         for (int pp = md->grp_first[j]; pp <= md->grp_comp[j]; pp++) run_step(md, run, sg, pp, x->bytes);
       }
@@ -1463,7 +1540,7 @@ static void build_memory(Ilp *md) {
           sg->ng = 0;
           if (md->pos_q[p] != q) {
             Lin fct[2] = {started_before(md, q, p), rv};
-            sig_add(sg, fct, nregen == 1 ? 1 : 2);
+            sig_add(md, sg, fct, nregen == 1 ? 1 : 2);
           }
           run_step(md, run, sg, p, tv->bytes);
         }
@@ -1483,7 +1560,7 @@ static void build_memory(Ilp *md) {
         Lin st = started_before(md, q, p);
         for (int cc = 0; md->pos_q[p] != q && cc < md->cons_n[v]; cc++) {
           Lin f3[3] = {st, at_or_after(md, md->cons[md->cons_first[v] + cc], p), rv};
-          sig_add(sg, f3, 3);
+          sig_add(md, sg, f3, 3);
         }
         run_step(md, run, sg, p, tv->bytes);
       }
@@ -1551,6 +1628,7 @@ static void ilp_free(Ilp *md) {
   free(md->win), free(md->win_first), free(md->win_by_b), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
   free(md->frow_first), free(md->frow_by_b);
   free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
+  sig_free(&md->sig), sig_free(&md->run.sig), free(md->ors), free(md->up.col), free(md->up.c);
 }
 
 static void pack_for_eval(Ilp *md) {
