@@ -24,25 +24,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Columns of a Lin: a product's factor holds at most 2 (eq, at_or_after),
  * an AND at most 3 factors, so an AND's row holds at most 1 + 3 x 2; the
  * rows that grow with the graph (build_reruns' upper rows) are Rows. */
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
-#define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
-#define ILP_NODES 200        /* nodes of a search without --time-limit, at most */
+#define ILP_NODES 200        /* nodes of a search, at most */
 #define ILP_CHEAP_NNZ 150000 /* models under this many nonzeros: the tree is counted in simplex iterations, */
 #define ILP_TREE_WORK 2e8    /* ... this many over the nonzeros, and searches to ILP_GAP; */
 #define ILP_NODE_WORK 1e6    /* larger ones: in nodes, at most this many over the nonzeros */
 #define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
 #define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
-#define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
-#define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
+#define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation */
+#define ILP_EVALS_PER_TENSOR 6 /* descent evaluations */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
-#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
+#define ILP_GOOD_GAP 0.01    /* ... and, on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 #define ILP_PROOF_GAP 0.01   /* a tree that ends above it is followed by one with cuts, */
 #define ILP_PROOF_WORK 8e9   /* ... counted like the first (ILP_TREE_WORK) */
 #define ILP_KICKS 8          /* kicks guided by the relaxation where the plan is still over ILP_PROOF_GAP, */
@@ -1898,12 +1896,6 @@ static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_
   if (ilp_eval(md, dec, x, &peak) == 0) offer(md, best, dec, peak, objective_of(md, x), limit);
 }
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One decision change, scored around the vector it was tried on. */
 typedef struct Move {
   int t;
@@ -2000,7 +1992,7 @@ static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, l
   if (cur && gain && pay) score_moves(md, best, limit, x, cur, evals, gain, &ngain, pay, &npay);
   /* After an accepted exchange the scores are stale but their order
    * still guides: each gainer is evaluated again where it is tried. */
-  for (int a = 0, failed = 0; cur && gain && pay && a < ngain && failed < ILP_GAINERS && *evals > 0 && seconds_now() < deadline;
+  for (int a = 0, failed = 0; cur && gain && pay && a < ngain && failed < ILP_GAINERS && *evals > 0 && util_now() < deadline;
        a++) {
     double base = best->objective;
     if (cur[gain[a].t] == gain[a].to) continue;
@@ -2024,17 +2016,16 @@ static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, l
  * exact evaluation; with exchanges at its local optima when asked: a strong
  * incumbent for branch and bound, which GLPK's own heuristics rarely find
  * on these models. */
-static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double budget_s, long evals, bool exchanges) {
+static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double deadline, long evals, bool exchanges) {
   const Graph *g = md->g;
   if (!best->ok) return;
   Decision *cur = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   if (!cur) return;
-  double t0 = seconds_now();
   do {
     memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
-    for (bool moved = true; moved && evals > 0 && seconds_now() - t0 < budget_s;) {
+    for (bool moved = true; moved && evals > 0 && util_now() < deadline;) {
       moved = false;
-      for (int i = 0; i < g->nstashed && evals > 0 && seconds_now() - t0 < budget_s; i++, evals -= 2) {
+      for (int i = 0; i < g->nstashed && evals > 0 && util_now() < deadline; i++, evals -= 2) {
         int t = g->stashed[i];
         if (md->colK[t] < 0) continue;
         Decision was = cur[t];
@@ -2052,13 +2043,20 @@ static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, do
         memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
       }
     }
-  } while (exchanges && evals > 0 && seconds_now() - t0 < budget_s && exchange(md, best, limit, x, &evals, t0 + budget_s));
+  } while (exchanges && evals > 0 && util_now() < deadline && exchange(md, best, limit, x, &evals, deadline));
   free(cur);
 }
 
-/* Seconds for one decision: --time-limit, else a backstop behind the
- * counted work limits. */
-static double limit_of(const PlanOptions *o) { return o->time_limit > 0 ? o->time_limit : ILP_SAFETY; }
+/* Every limit of a solve is counted work (evaluations, simplex iterations,
+ * nodes), so a plan is a function of its inputs and options on an idle or a
+ * busy machine. --time-limit adds a deadline (CLOCK_MONOTONIC seconds) over
+ * the whole command that cuts the counted work short; without it the
+ * deadline is HUGE_VAL and no clock decides anything. */
+static double deadline_of(const PlanOptions *o, double start) {
+  return o->time_limit <= 0 ? HUGE_VAL : o->deadline > 0 ? o->deadline : start + o->time_limit;
+}
+
+static bool out_of_time(double deadline) { return deadline < HUGE_VAL && util_now() >= deadline; }
 
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
@@ -2174,7 +2172,7 @@ typedef struct Polish {
   int64_t limit;
   double *x; /* scratch, ncols */
   long evals;
-  double seconds;
+  double deadline;
   Candidate c;
   bool exchanged; /* a candidate went through the exchanges */
   Pool *pool;
@@ -2258,7 +2256,7 @@ static bool pairs(const Ilp *md, Candidate *best, const double *point, int64_t l
     memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
     double top = best->objective;
     int pi = -1, pj = -1;
-    for (int i = 0; i < n && *evals > 0 && seconds_now() < deadline; i++) {
+    for (int i = 0; i < n && *evals > 0 && util_now() < deadline; i++) {
       cur[d[i].t] = d[i].to;
       for (int j = i + 1; j < n && *evals > 0; j++) {
         cur[d[j].t] = d[j].to;
@@ -2301,9 +2299,9 @@ static void kick(const Ilp *md, Candidate *best, const double *point, double bou
   uint64_t seed = 0x9e3779b97f4a7c15u;
   for (long pair_evals = evals; (best->objective - bound) > ILP_PROOF_GAP * best->objective &&
                                 pairs(md, best, point, limit, x, &pair_evals, deadline);)
-    improve(md, best, limit, x, deadline - seconds_now(), evals, true);
+    improve(md, best, limit, x, deadline, evals, true);
   for (int round = 0; kicked && polished && doubted && round < ILP_KICKS &&
-                      (best->objective - bound) > ILP_PROOF_GAP * best->objective && seconds_now() < deadline;
+                      (best->objective - bound) > ILP_PROOF_GAP * best->objective && util_now() < deadline;
        round++) {
     int ndoubted = doubts(md, best, point, doubted);
     if (!ndoubted) break;
@@ -2317,7 +2315,7 @@ static void kick(const Ilp *md, Candidate *best, const double *point, double bou
     Candidate c = {.dec = polished};
     consider(md, &c, kicked, limit, x);
     if (!c.ok) continue;
-    improve(md, &c, limit, x, deadline - seconds_now(), evals, true);
+    improve(md, &c, limit, x, deadline, evals, true);
     if (c.objective < best->objective - 1e-9) {
       memcpy(best->dec, c.dec, (size_t)g->ntensors * sizeof(Decision));
       best->objective = c.objective, best->peak = c.peak;
@@ -2339,7 +2337,7 @@ static bool search_x(void *ctx, double *cols, const double *point, double bound)
   free(dec);
   if (!c->ok) return false;
   double before = c->objective;
-  kick(p->md, c, point, bound, p->limit, p->x, seconds_now() + p->seconds, p->evals);
+  kick(p->md, c, point, bound, p->limit, p->x, p->deadline, p->evals);
   int64_t pk;
   if (c->objective >= before - 1e-9) return false;
   pool_add(p->pool, p->md->g, c);
@@ -2363,7 +2361,7 @@ static bool polish_x(void *ctx, double *cols) {
   }
   free(dec);
   if (!p->c.ok) return false;
-  improve(p->md, &p->c, p->limit, p->x, p->seconds, p->evals, true);
+  improve(p->md, &p->c, p->limit, p->x, p->deadline, p->evals, true);
   p->exchanged = true;
   pool_add(p->pool, p->md->g, &p->c);
   int64_t pk;
@@ -2436,16 +2434,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     rc = 1;
     goto out;
   }
-  double budget_s = deadline - seconds_now();
-  /* A descent from the best start: the starting solution. */
-  /* Without --time-limit the work is counted, not timed, so the same
-   * inputs give the same plan (ILP_SAFETY seconds stay as a backstop). */
-  bool counted = o->time_limit <= 0;
-  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX;
-  long xevals = counted ? (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed : LONG_MAX;
-  bool cheap_tree = counted && md.m.nnz < ILP_CHEAP_NNZ;
-  long nodes = counted && !cheap_tree ? node_limit(&md.m, ILP_NODE_WORK) : 0;
-  improve(&md, best, limit, x, budget_s / 4, evals, false);
+  /* A descent from the best start: the starting solution. The work is
+   * counted (deadline_of), so the same inputs give the same plan. */
+  long evals = ILP_EVALS_PER_TENSOR * (long)g->nstashed;
+  long xevals = (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed;
+  bool cheap_tree = md.m.nnz < ILP_CHEAP_NNZ;
+  long nodes = !cheap_tree ? node_limit(&md.m, ILP_NODE_WORK) : 0;
+  improve(&md, best, limit, x, deadline, evals, false);
   if (goal & GOAL_QUICK) {
     snprintf(si->status, sizeof si->status, "feasible");
     si->objective = best->objective;
@@ -2460,7 +2455,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = objective_of(&md, md.m.start);
   }
-  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .seconds = budget_s / 4, .c = {.dec = tmp},
+  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .deadline = deadline, .c = {.dec = tmp},
                 .searched = {.dec = searched}};
   /* The largest models (no tree): where only plans that offload fit, the
    * relaxation is warm-started from a looser one (loose_bounds) and no
@@ -2469,20 +2464,20 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
    * neighbourhood: the second found nothing at llama3-8b's f = 0.2-0.4
    * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
    * us. */
-  bool no_tree = counted && !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
+  bool no_tree = !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
   /* There the relaxation is the whole proof and its count binds: the queue
    * rows (45% of gpt2-1558m's nonzeros) go in lazily (milp.c), and the count
    * is over the rest. */
   bool lazy = no_tree;
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
-  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
+  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
-                    .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
-                    .good_gap = counted && !cheap_tree ? ILP_GOOD_GAP : 0,
+                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK),
+                    .good_gap = !cheap_tree ? ILP_GOOD_GAP : 0,
                     .skip_tree = no_tree, .loose_ub = loose,
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
-                    .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))) : 0,
+                    .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = polish_x, .polish_ctx = &pol, .search = search_x,
                     .separate = separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
@@ -2512,13 +2507,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   }
   /* The solver's candidates went through the exchanges in the hook; the
    * starts alone (no LP point) did not. */
-  improve(&md, best, limit, x, budget_s / 4, pol.exchanged ? evals : xevals, !pol.exchanged);
+  improve(&md, best, limit, x, deadline, pol.exchanged ? evals : xevals, !pol.exchanged);
   /* Not again where the plan is the one the search before the proof tree
    * ended at. */
   bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
   if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
-    kick(&md, best, r.lp_x, r.bound, limit, x, fmin(deadline, seconds_now() + budget_s / 4), xevals);
-  bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
+    kick(&md, best, r.lp_x, r.bound, limit, x, deadline, xevals);
+  bool timed_out = r.status == MILP_TIME_LIMIT || out_of_time(deadline);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
   *relaxed = !isnan(r.lp_x[md.m.ncols]);
@@ -2545,14 +2540,14 @@ out:
  * its decisions and their arena; note: GLPK's failure inside it, if any (a
  * SolverInfo note: the plan is the least found before it, not proven the
  * least). */
-static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, Decision *out, int64_t *arena,
-                           char *note, Err *e) {
+static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
+                           int64_t *arena, char *note, Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
   note[0] = 0;
-  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, &relaxed, ILP_TREE_WORK,
+  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK,
                e) ||
       !c.ok)
     return -1;
@@ -2569,7 +2564,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
   int64_t arena = -1;
   note[0] = 0;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, GOAL_MEMORY, dec, &arena, note, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, note, e);
   free(dec);
   return arena;
 }
@@ -2597,6 +2592,13 @@ static double model_objective(const Graph *g, const Device *d, const Decision *d
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
 #define ILP_PAIRS_MAX 16
 
+/* Every op once, us: what any plan's step takes at least. */
+static double compute_us(const Graph *g, const Device *d) {
+  double us = 0;
+  for (int i = 0; i < g->nops; i++) us += cost_op_seconds(g, d, i) * 1e6;
+  return us;
+}
+
 static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
   Err e;
   Plan *p = plan_from_decisions(g, d, dec, &e);
@@ -2611,7 +2613,7 @@ static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Deci
  * still reach the budget. Returns the smallest arena reached. */
 static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, double deadline) {
   if (g->nstashed > ILP_POLISH_MAX) return arena;
-  for (bool moved = true; moved && arena > budget && seconds_now() < deadline + 2;) {
+  for (bool moved = true; moved && arena > budget && !out_of_time(deadline);) {
     moved = false;
     for (int i = 0; i < g->nstashed && !moved; i++) {
       int t = g->stashed[i];
@@ -2633,9 +2635,9 @@ static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Dec
 static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
   if (g->nstashed > ILP_POLISH_MAX) return false;
   bool any = false;
-  for (bool moved = true; moved && seconds_now() < deadline;) {
+  for (bool moved = true; moved && util_now() < deadline;) {
     moved = false;
-    for (int i = 0; i < g->nstashed && !moved && seconds_now() < deadline; i++) {
+    for (int i = 0; i < g->nstashed && !moved && util_now() < deadline; i++) {
       int t = g->stashed[i];
       Decision was = dec[t];
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
@@ -2646,7 +2648,7 @@ static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *de
         else dec[t] = was;
       }
     }
-    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && seconds_now() < deadline; i++)
+    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && util_now() < deadline; i++)
       for (int j = i + 1; j < g->nstashed && !moved; j++) {
         int t = g->stashed[i], u = g->stashed[j];
         Decision wt = dec[t], wu = dec[u];
@@ -2807,13 +2809,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     goto out;
   }
   int64_t limit = o->budget_bytes;
-  double deadline = seconds_now() + limit_of(o), best_s = HUGE_VAL;
+  double start = util_now(), deadline = deadline_of(o, start), best_s = HUGE_VAL;
   /* Keep-all costs no recompute and no stall: when it fits, nothing is
    * faster and the bound (pure compute) proves it. */
   for (int i = 0; i < g->nstashed; i++) best[g->stashed[i]] = DEC_KEEP;
   if (try_plan(g, d, o->budget_bytes, best, &best_s)) {
-    double compute = 0;
-    for (int i = 0; i < g->nops; i++) compute += cost_op_seconds(g, d, i) * 1e6;
+    double compute = compute_us(g, d);
     snprintf(si->name, sizeof si->name, "%s", o->solver ? o->solver : "glpk");
     snprintf(si->status, sizeof si->status, "optimal");
     si->objective = si->bound = compute;
@@ -2831,7 +2832,6 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * use the starts and the descent alone, as theirs would not either. */
   double bound = 0;
   bool relaxed = false;
-  double seconds = 0;
   bool picked = false;
   /* When no start fits, the memory-minimizing plan is the start (and,
    * should the solve find nothing better, the answer). */
@@ -2840,6 +2840,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   bool mm_ok = false;
   char mm_note[sizeof si->note] = "";
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
+    if (round > 0 && out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
     int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
@@ -2855,12 +2856,11 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, mm_note, &e2) == 0;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, mm_note, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
     }
-    seconds += rsi.seconds;
     if (round == 0) bound = rsi.bound, relaxed = rel;
     /* The objective estimates stalls; the simulator has the last word
      * among the solution and the starts (so no baseline is ever better). */
@@ -2922,12 +2922,11 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     }
     c.ok = false;
   }
-  si->seconds = seconds;
   if (!picked) {
     /* The memory-minimizing solve fits whenever anything in the model does. */
     int64_t m = -1;
     Err e2;
-    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, mm_note, &e2) == 0;
+    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, mm_note, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
@@ -2954,8 +2953,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
     si->objective = model_objective(g, d, best);
   }
-  si->bound = fmin(bound, si->objective);
+  /* The relaxation's bound where it finished, and never below the compute
+   * alone (every plan runs every op once): a real bound either way. */
+  si->bound = fmin(fmax(bound, compute_us(g, d)), si->objective);
   si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+  si->seconds = util_now() - start;
+  if (out_of_time(deadline) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
   if (si->gap < 1e-12) si->gap = 0;
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
   rc = 0;

@@ -33,6 +33,8 @@ int64_t util_align_up(int64_t x, int64_t align);
 bool util_parse_size(const char *s, int64_t *out);
 /* Human-readable size ("1.50 GiB") into buf. */
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
+/* CLOCK_MONOTONIC seconds: for deadlines and reported wall times only. */
+double util_now(void);
 
 /* Whole file into a NUL-terminated malloc'd buffer; whatever PATH is (a
  * FIFO, a device, standard input), more than JSON_MAX_FILE_BYTES is an
@@ -344,7 +346,8 @@ typedef struct PlanOptions {
   const char *strategy; /* keep-all checkpoint-layers sqrt-n offload-all knapsack ilp exact */
   const char *solver;   /* glpk | cbc */
   int64_t budget_bytes;
-  double time_limit;    /* seconds; <= 0 means the strategy's default */
+  double time_limit;    /* seconds, a hard cap on the command; <= 0: none (every limit is counted work) */
+  double deadline;      /* CLOCK_MONOTONIC seconds at which time_limit runs out (the command's start + it); 0: from the solve's start */
   bool quiet;           /* no progress lines on stderr */
   /* Decisions to start from, e.g. the same strategy's plan at a smaller
    * budget (which then bounds the answer: it fits here too), or NULL. */

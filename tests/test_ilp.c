@@ -268,7 +268,7 @@ int main(void) {
   }
   Graph *tiny = graph_load("models/gpt2-tiny.json", &e);
   T_CASE("infeasible budget: the smallest budget named is met") {
-    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .time_limit = 3, .quiet = true};
+    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .quiet = true};
     Err e2 = {{0}};
     Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
     T_CHECK(p == NULL);
@@ -329,7 +329,7 @@ int main(void) {
     plan_free(full);
   }
   T_CASE("GLPK failing at an infeasible budget: one line, the budget it names is met, and says when it may not be the least") {
-    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .time_limit = 3, .quiet = true};
+    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .quiet = true};
     Err e2 = {{0}};
     Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
     long long least = tiny ? named_budget(e2.msg) : 0;
