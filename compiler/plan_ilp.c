@@ -2539,18 +2539,23 @@ out:
 /* The memory-minimizing solve (goal GOAL_MEMORY, with GOAL_QUICK or not):
  * its decisions and their arena; note: GLPK's failure inside it, if any (a
  * SolverInfo note: the plan is the least found before it, not proven the
- * least). */
+ * least); *proven (when not NULL): the peak below which no plan of the
+ * schedule family exists, as far as this solve proved it (its bound, where
+ * the model is the whole family: no depth bound; else 0). */
 static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
-                           int64_t *arena, char *note, Err *e) {
+                           int64_t *arena, int64_t *proven, char *note, Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
+  if (proven) *proven = 0;
   note[0] = 0;
   if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK,
                e) ||
       !c.ok)
     return -1;
+  /* The bound is in MiB through GLPK's tolerances: a millionth below it. */
+  if (proven && g->nops <= ILP_FULL_OPS && si.bound > 0) *proven = (int64_t)floor(si.bound * ILP_UNIT * (1 - 1e-6));
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
   *arena = p->arena_bytes;
@@ -2559,12 +2564,21 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   return 0;
 }
 
+/* The peak below which no plan exists: every resident byte and the largest
+ * working set of one op, or what the memory-minimizing solve proved. */
+static int64_t proven_least_peak(const Graph *g, int64_t solved) {
+  int64_t resident, working;
+  int at;
+  if (info_lower_bound(g, &resident, &working, &at)) return solved;
+  return resident + working > solved ? resident + working : solved;
+}
+
 static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
   Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   int64_t arena = -1;
   note[0] = 0;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, note, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, e);
   free(dec);
   return arena;
 }
@@ -2792,6 +2806,28 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
   return min_budget(g, d, o, note, e);
 }
 
+/* No plan at the budget: "infeasible" only where proven (the budget is
+ * below least, a peak no plan of the family gets under); else what was not
+ * found. Either way the smallest budget this run planned (planned, its
+ * arena, < 0: none), and whether that is only the least found before GLPK
+ * failed (note). */
+static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64_t least, int64_t planned, const char *note,
+                          Err *e) {
+  char b1[32], b2[32], b3[32], proof[160] = "", smallest[256] = "";
+  if (budget < least)
+    snprintf(proof, sizeof proof, ": no plan below %" PRId64 " bytes (%s) exists in the schedule family", least,
+             util_fmt_bytes(least, b2, sizeof b2));
+  if (planned >= 0)
+    snprintf(smallest, sizeof smallest, "; the smallest budget planned is %" PRId64 " bytes (%s)%s%s%s", planned,
+             util_fmt_bytes(planned, b3, sizeof b3), note[0] ? " (the least found before " : "", note, note[0] ? ")" : "");
+  if (proof[0])
+    err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s%s%s", g->path, budget,
+            util_fmt_bytes(budget, b1, sizeof b1), d->name, proof, smallest);
+  else
+    err_set(e, "%s: no plan found at %" PRId64 " bytes (%s) on %s%s", g->path, budget, util_fmt_bytes(budget, b1, sizeof b1),
+            d->name, smallest);
+}
+
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -2835,7 +2871,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   bool picked = false;
   /* When no start fits, the memory-minimizing plan is the start (and,
    * should the solve find nothing better, the answer). */
-  int64_t mm_arena = -1;
+  int64_t mm_arena = -1, mm_proven = 0;
   int mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
   bool mm_ok = false;
   char mm_note[sizeof si->note] = "";
@@ -2856,7 +2892,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, mm_note, &e2) == 0;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
@@ -2926,7 +2962,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     /* The memory-minimizing solve fits whenever anything in the model does. */
     int64_t m = -1;
     Err e2;
-    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, mm_note, &e2) == 0;
+    if (mm_goal != GOAL_MEMORY)
+      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
@@ -2936,16 +2973,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       si->objective = model_objective(g, d, best);
       if (!si->note[0]) snprintf(si->note, sizeof si->note, "%s", mm_note);
     } else {
-      char b1[32], b2[32];
-      if (m < 0)
-        err_set(e, "%s: no plan fits the budget of %" PRId64 " bytes (%s)", g->path, o->budget_bytes,
-                util_fmt_bytes(o->budget_bytes, b1, sizeof b1));
-      else
-        err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s; the smallest budget the planner can meet is %" PRId64
-                   " bytes (%s)%s%s%s",
-                g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, m,
-                util_fmt_bytes(m, b2, sizeof b2), mm_note[0] ? " or less (the least found before " : "",
-                mm_note[0] ? mm_note : "", mm_note[0] ? ")" : "");
+      no_plan_error(g, d, o->budget_bytes, proven_least_peak(g, mm_goal == GOAL_MEMORY ? mm_proven : 0), m, mm_note, e);
       goto out;
     }
   }

@@ -57,7 +57,7 @@ lo=$($R info $OUT/gpt2-tiny.json --device $DEV | sed -n 's/^  lower bound .*(\([
 fits() { $R plan $OUT/gpt2-tiny.json --device $DEV --costs $OUT/gpt2-tiny.costs.json --strategy $STRATEGY \
            --budget "$1" --time-limit 10 -o $OUT/probe >/dev/null 2>&1; }
 named=$($R plan $OUT/gpt2-tiny.json --device $DEV --costs $OUT/gpt2-tiny.costs.json --strategy $STRATEGY \
-          --budget 1 --time-limit 10 -o $OUT/probe 2>&1 | sed -n 's/.*the smallest budget the planner can meet is \([0-9]*\) bytes.*/\1/p')
+          --budget 1 --time-limit 10 -o $OUT/probe 2>&1 | sed -n 's/.*the smallest budget planned is \([0-9]*\) bytes.*/\1/p')
 if [ "$STRATEGY" = keep-all ]; then
   min=$keep
 elif [ -n "$named" ] && fits "$named"; then

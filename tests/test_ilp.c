@@ -34,7 +34,7 @@ static Plan *make(const Graph *g, const Device *d, const char *name, int64_t bud
 
 /* The smallest budget an infeasible-budget error names, 0 if none. */
 static long long named_budget(const char *msg) {
-  const char *lead = "smallest budget the planner can meet is ", *at = strstr(msg, lead);
+  const char *lead = "smallest budget planned is ", *at = strstr(msg, lead);
   return at ? atoll(at + strlen(lead)) : 0;
 }
 
@@ -360,7 +360,7 @@ int main(void) {
         continue;
       }
       /* A failed memory-minimizing solve names the least it found, and says so. */
-      T_CHECKF(failed ? named >= least && strstr(e2.msg, " or less (the least found before milp: GLPK failed") : named == least,
+      T_CHECKF(failed ? named >= least && strstr(e2.msg, " (the least found before milp: GLPK failed") : named == least,
                "%d MB: the least is %lld: %s", mb, least, e2.msg);
       if (failed && in_mm++ == 0) printf("  %d MB: %s\n", mb, e2.msg);
       char when[32];

@@ -3,7 +3,10 @@
  * tuned on (graphs of bench/gen_graph.py, checked in under tests/data):
  * it builds its model wherever a tensor has many consumers, its model's
  * peak is the simulator's there, and every budget from the smallest it
- * names up gets a valid plan.
+ * names up gets a valid plan; it calls a budget infeasible only with a
+ * proof (a peak no plan of the family gets under, which the smallest
+ * planned budget respects), otherwise says no plan was found and names the
+ * smallest budget it planned, which then plans, as does every budget above.
  */
 #include "ration.h"
 #include "test.h"
@@ -26,6 +29,12 @@ static void check_peaks(const Graph *g, const Device *d, int tries, unsigned see
     plan_free(p);
   }
   free(dec);
+}
+
+/* The number after lead in msg, -1 if lead is not there. */
+static long long number_after(const char *msg, const char *lead) {
+  const char *at = strstr(msg, lead);
+  return at ? atoll(at + strlen(lead)) : -1;
 }
 
 static Plan *ilp_at(const Graph *g, const Device *d, int64_t budget, Err *e) {
@@ -63,6 +72,33 @@ int main(void) {
     }
   }
   graph_free(fan);
+  /* DiT-like: a conditioning tensor read by every block's modulation. */
+  Graph *cond = graph_load("tests/data/cond.json", &e);
+  T_CASE("cond: infeasible only when proven, the smallest budget planned plans, and every budget above it") {
+    T_CHECKF(cond != NULL, "%s", e.msg);
+    Err pe;
+    Plan *p = cond ? ilp_at(cond, gpu, 1, &pe) : NULL;
+    long long least = cond ? number_after(pe.msg, "no plan below ") : -1, planned = cond ? number_after(pe.msg, "smallest budget planned is ") : -1;
+    T_CHECKF(!cond || (!p && strstr(pe.msg, "is infeasible") && least > 1 && planned >= least), "at 1 byte: %s", p ? "a plan" : pe.msg);
+    plan_free(p);
+    /* Just below the smallest budget planned, no proof: not "infeasible". */
+    long long below = planned - 2000;
+    p = cond && below > least ? ilp_at(cond, gpu, below, &pe) : NULL;
+    T_CHECKF(!cond || below <= least || p ||
+                 (strstr(pe.msg, "no plan found at ") && !strstr(pe.msg, "infeasible") &&
+                  number_after(pe.msg, "smallest budget planned is ") > below),
+             "at %lld: %s", below, p ? "a plan" : pe.msg);
+    plan_free(p);
+    long long steps[] = {0, 2000, 20000, 200000};
+    for (size_t i = 0; cond && planned > 0 && i < sizeof steps / sizeof steps[0]; i++) {
+      int64_t b = planned + steps[i];
+      p = ilp_at(cond, gpu, b, &pe);
+      Err ce;
+      T_CHECKF(p && sim_check(p, cond, &ce) == 0 && p->arena_bytes <= b, "at %lld: %s", (long long)b, p ? ce.msg : pe.msg);
+      plan_free(p);
+    }
+  }
+  graph_free(cond);
   device_free(gpu);
   T_DONE();
 }
