@@ -391,6 +391,9 @@ Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o,
  * (equal to the simulator's), and the smallest arena it can reach. */
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
+/* The ILP model's objective (us) for a decision vector, -1 outside the model:
+ * what the solver minimizes; the plan reports the simulator's step. */
+double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec);
 /* The copy stalls (us) of one decision vector by the model's stall rows
  * alone and by its copy queues alone; the rows must be bounds of the
  * queues. With lp_us, also the rows' least stalls by the LP with the

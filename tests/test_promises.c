@@ -6,7 +6,9 @@
  * names up gets a valid plan; it calls a budget infeasible only with a
  * proof (a peak no plan of the family gets under, which the smallest
  * planned budget respects), otherwise says no plan was found and names the
- * smallest budget it planned, which then plans, as does every budget above.
+ * smallest budget it planned, which then plans, as does every budget above;
+ * and its objective is the simulator's step time, copy_compute_share
+ * included, on a device that sets every field and a plan that offloads.
  */
 #include "ration.h"
 #include "test.h"
@@ -99,6 +101,40 @@ int main(void) {
     }
   }
   graph_free(cond);
+  /* Every field of the device set: a slow link, and copies that take a
+   * share of the compute stream (a CPU backend's measured profile). */
+  Device *slow = device_load("tests/data/gpu-small.json", &e);
+  Graph *chain = graph_load("tests/data/chain.json", &e);
+  T_CASE("one objective: the model's optimum is the simulated step, copy_compute_share and stalls included") {
+    T_CHECKF(slow && chain, "%s", e.msg);
+    if (slow && chain) {
+      slow->d2h_gbps = slow->h2d_gbps = 8, slow->copy_compute_share = 0.58, slow->runtime_bytes = 1 << 16;
+      slow->peak_tflops[DT_F32] = 0.5; /* compute-bound ops, so some tensors are worth a copy */
+      int64_t k = plan_keep_all_peak(chain, slow, &e);
+      int offloads = 0;
+      for (int f = 40; f <= 90; f += 10) {
+        Err pe;
+        Plan *p = ilp_at(chain, slow, k * f / 100, &pe);
+        if (!p) {
+          T_CHECKF(strstr(pe.msg, "smallest budget planned is "), "%d%%: %s", f, pe.msg);
+          continue;
+        }
+        int n = 0;
+        for (int i = 0; i < chain->nstashed; i++) n += p->decisions[chain->stashed[i]] == DEC_OFFLOAD;
+        offloads += n;
+        double sim = p->predicted.step_seconds * 1e6, model = plan_ilp_objective(chain, slow, p->decisions);
+        printf("  %d%%: %d offloaded, objective %.6f us, model %.6f, simulated %.6f, status %s\n", f, n, p->solver.objective,
+               model, sim, p->solver.status);
+        T_CHECKF(fabs(p->solver.objective - sim) <= 1e-6 * sim, "%d%%: reported %.9g, simulated %.9g", f, p->solver.objective, sim);
+        T_CHECKF(fabs(model - sim) <= 1e-6 * sim, "%d%%: the model's objective %.9g, simulated %.9g", f, model, sim);
+        T_CHECKF(p->solver.bound <= p->solver.objective, "%d%%: bound %.9g", f, p->solver.bound);
+        plan_free(p);
+      }
+      T_CHECKF(offloads > 0, "no plan offloaded");
+    }
+  }
+  graph_free(chain);
+  device_free(slow);
   device_free(gpu);
   T_DONE();
 }
