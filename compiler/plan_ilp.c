@@ -2817,7 +2817,7 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
  * failed (note). */
 static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64_t least, int64_t planned, const char *note,
                           Err *e) {
-  char b1[32], b2[32], b3[32], proof[160] = "", smallest[256] = "";
+  char b1[32], b2[32], b3[32], proof[160] = "", smallest[sizeof ((SolverInfo *)0)->note + 160] = "";
   if (budget < least)
     snprintf(proof, sizeof proof, ": no plan below %" PRId64 " bytes (%s) exists in the schedule family", least,
              util_fmt_bytes(least, b2, sizeof b2));
