@@ -27,7 +27,7 @@ for g in "$@"; do
   $RATION plan "$g" --device "$device" --strategy keep-all --budget 1000% -o "$tmp/k" >/dev/null 2>&1 || continue
   k=$(field peak_live_bytes "$tmp/k.plan.json"); base=$(field step_seconds "$tmp/k.plan.json")
   m=$($RATION plan "$g" --device "$device" $limit --budget 1 -o "$tmp/m" 2>&1 >/dev/null |
-      sed -n 's/.*can meet is \([0-9]*\) bytes.*/\1/p')
+      sed -n 's/.*smallest budget planned is \([0-9]*\) bytes.*/\1/p')
   [ -z "$m" ] && { echo "| $name | - | - | no smallest budget named | | | | | | |"; continue; }
   for f in $points; do
     b=$(awk -v m="$m" -v k="$k" -v f="$f" 'BEGIN { printf "%.0f", m + f * (k - m) }')

@@ -80,8 +80,8 @@ static int64_t smallest_budget(const Graph *g, const Device *d, int64_t keep_all
                      .quiet = true};
     Err e = {{0}};
     Plan *p = plan_make(g, d, &o, &e);
-    const char *at = strstr(e.msg, "can meet is ");
-    long long named = at ? strtoll(at + strlen("can meet is "), NULL, 10) : 0;
+    const char *at = strstr(e.msg, "budget planned is ");
+    long long named = at ? strtoll(at + strlen("budget planned is "), NULL, 10) : 0;
     if (p && p->arena_bytes < m) m = p->arena_bytes;
     plan_free(p);
     if (named > 0 && named < m && run(g, d, "ilp", named, time_limit).ok) m = named;

@@ -60,7 +60,7 @@ for model in gpt2-tiny llama-tiny; do
   g=models/$model.json
   $R plan $g --device $DEV --strategy keep-all --budget 200% -o "$tmp/k" >/dev/null
   k=$(field peak_live_bytes "$tmp/k.plan.json")
-  m=$($R plan $g --device $DEV --budget 1 -o "$tmp/m" 2>&1 >/dev/null | sed -n 's/.*can meet is \([0-9]*\) bytes.*/\1/p')
+  m=$($R plan $g --device $DEV --budget 1 -o "$tmp/m" 2>&1 >/dev/null | sed -n 's/.*smallest budget planned is \([0-9]*\) bytes.*/\1/p')
   $R plan $g --device $DEV --strategy offload-all --budget 200% -o "$tmp/prof" >/dev/null
   build "$tmp/prof" "$tmp/train-prof"
   row $model keep-all - 200%

@@ -167,6 +167,7 @@ static void dump_plan(const Plan *p, const Graph *g) {
 static int cmd_plan(int argc, char **argv) {
   const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL, *timeline = NULL;
   PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = !isatty(2)};
+  double start = util_now(); /* --time-limit caps the whole command from here */
   bool dump = false, check = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -195,6 +196,7 @@ static int cmd_plan(int argc, char **argv) {
     }
   }
   if (!graph_path || !device_name || !out) die_usage("%s", "plan needs GRAPH, --device D and -o OUT");
+  if (o.time_limit > 0) o.deadline = start + o.time_limit;
   Err e;
   Graph *g = graph_load(graph_path, &e);
   if (!g) die(&e);

@@ -949,6 +949,7 @@ static int cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Er
   }
   Cbc_setParameter(model, "timeMode", "elapsed"); /* --time-limit is wall-clock seconds */
   if (o->time_limit > 0) Cbc_setMaximumSeconds(model, o->time_limit);
+  if (o->node_limit > 0) Cbc_setMaximumNodes(model, (int)fmin((double)o->node_limit, INT_MAX));
   if (m->start) {
     int *idx = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
     if (idx) {

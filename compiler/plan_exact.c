@@ -43,7 +43,9 @@
 
 /* Beyond this the MILP is too large to build, let alone solve. */
 #define EXACT_MAX_OPS 120
-#define EXACT_DEFAULT_SECONDS 60.0
+/* Branch-and-bound nodes without --time-limit: counted work, so the plan
+ * does not depend on the machine's load (CBC runs one thread). */
+#define EXACT_NODES 20000
 
 /* ------------------------------------------------------------ model */
 
@@ -345,17 +347,18 @@ static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, 
   Exact x = {.g = g, .d = d};
   Plan *p = NULL;
   MilpResult r = {0};
-  double t0 = now_seconds(), limit = o->time_limit > 0 ? o->time_limit : EXACT_DEFAULT_SECONDS;
+  double t0 = now_seconds(), limit = o->time_limit;
   if (exact_prepare(&x, e) || exact_build(&x, avail, e)) goto out;
   MilpModel *m = &x.m;
   if (!o->quiet)
-    fprintf(stderr, "exact: CBC on %d columns, %d rows, %g s limit\n", m->ncols, m->nrows, limit);
+    fprintf(stderr, "exact: CBC on %d columns, %d rows, %s %g\n", m->ncols, m->nrows,
+            limit > 0 ? "seconds at most" : "nodes at most", limit > 0 ? limit : EXACT_NODES);
   int64_t keep_all = plan_keep_all_peak(g, d, e);
   if (keep_all < 0) goto out;
   if (keep_all - x.resident <= avail && (m->start = util_xcalloc((size_t)m->ncols + 1, sizeof *m->start)))
     exact_keep_all_start(&x, m->start);
   /* mip_gap 0: CBC's own gap. */
-  MilpOptions mo = {.solver = "cbc", .time_limit = limit, .quiet = true};
+  MilpOptions mo = {.solver = "cbc", .time_limit = limit, .node_limit = limit > 0 ? 0 : EXACT_NODES, .quiet = true};
   if (milp_solve(m, &mo, &r, e)) goto out;
   if (r.status == MILP_INFEASIBLE || r.status == MILP_NO_SOLUTION) {
     char b1[32];
@@ -363,14 +366,15 @@ static Plan *exact_solve(const Graph *g, const Device *d, const PlanOptions *o, 
       err_set(e, "%s: exact: no schedule, even with arbitrary recomputation, fits a budget of %s (CBC proved it "
                  "infeasible)", g->path, util_fmt_bytes(avail + x.resident, b1, sizeof b1));
     else
-      err_set(e, "%s: exact: CBC found no schedule within the %g s time limit", g->path, limit);
+      err_set(e, "%s: exact: CBC found no schedule within %g %s", g->path, limit > 0 ? limit : EXACT_NODES,
+              limit > 0 ? "seconds (--time-limit)" : "nodes");
     goto out;
   }
   /* Ops that run once whatever the plan: the optimizer and every R[t][t]. */
   double fixed = 0;
   for (int k = x.n; k < g->nops; k++) fixed += cost_op_seconds(g, d, k);
   snprintf(si->name, sizeof si->name, "cbc");
-  snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : "time_limit");
+  snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : r.status == MILP_TIME_LIMIT ? "time_limit" : "feasible");
   si->objective = r.objective * 1e-6 + fixed;
   si->bound = r.status == MILP_OPTIMAL ? si->objective : r.bound * 1e-6 + fixed;
   si->gap = si->objective > 0 ? (si->objective - si->bound) / si->objective : 0;
@@ -397,15 +401,15 @@ Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, So
   /* The MILP bounds live bytes; when the layout's fragmentation pushes the
    * arena over the budget, ask again for that much less. */
   PlanOptions tight = *o;
-  double spent = 0, limit = o->time_limit > 0 ? o->time_limit : EXACT_DEFAULT_SECONDS;
+  double spent = 0, limit = o->time_limit;
   for (int round = 0; round < 4; round++) {
     /* The limit is for the whole strategy: a later round gets what is left. */
-    if (round > 0 && spent >= limit) {
+    if (round > 0 && limit > 0 && spent >= limit) {
       err_set(e, "%s: exact: the layout of the solution found within the %g s time limit overflows the budget",
               g->path, limit);
       return NULL;
     }
-    tight.time_limit = limit - spent;
+    if (limit > 0) tight.time_limit = limit - spent;
     Plan *p = plan_exact_for_peak(g, d, &tight, si, e);
     spent += si->seconds;
     si->seconds = spent;

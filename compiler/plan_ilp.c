@@ -24,22 +24,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+/* Columns of a Lin: a product's factor holds at most 2 (eq, at_or_after),
+ * an AND at most 3 factors, so an AND's row holds at most 1 + 3 x 2; the
+ * rows that grow with the graph (build_reruns' upper rows) are Rows. */
 #define LIN_MAX 8
 #define ILP_UNIT 1048576.0 /* memory rows in MiB */
-#define ILP_SAFETY 120.0     /* seconds per decision without --time-limit */
-#define ILP_NODES 200        /* nodes of a search without --time-limit, at most */
+#define ILP_NODES 200        /* nodes of a search, at most */
 #define ILP_CHEAP_NNZ 150000 /* models under this many nonzeros: the tree is counted in simplex iterations, */
 #define ILP_TREE_WORK 2e8    /* ... this many over the nonzeros, and searches to ILP_GAP; */
 #define ILP_NODE_WORK 1e6    /* larger ones: in nodes, at most this many over the nonzeros */
 #define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
 #define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
-#define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation without --time-limit */
-#define ILP_EVALS_PER_TENSOR 6 /* descent evaluations without --time-limit */
+#define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation */
+#define ILP_EVALS_PER_TENSOR 6 /* descent evaluations */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
-#define ILP_GOOD_GAP 0.01    /* ... and, without --time-limit on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
+#define ILP_GOOD_GAP 0.01    /* ... and, on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 #define ILP_PROOF_GAP 0.01   /* a tree that ends above it is followed by one with cuts, */
 #define ILP_PROOF_WORK 8e9   /* ... counted like the first (ILP_TREE_WORK) */
 #define ILP_KICKS 8          /* kicks guided by the relaxation where the plan is still over ILP_PROOF_GAP, */
@@ -65,14 +66,23 @@ typedef struct Prod {
   int first; /* index into the model's factor pool */
 } Prod;
 
-/* A live condition that is an OR of ANDs of 0/1 expressions. Consecutive
- * positions with the same condition share one column (Run), which keeps
- * the model to one column per change of the condition, not per step. */
-#define SIG_MAX 16
+/* A row of any length with a constant (grown by doubling). */
+typedef struct Row {
+  int n, cap;
+  int *col;
+  double *c;
+  double k;
+} Row;
+
+/* A live condition that is an OR of ANDs (of at most 3) 0/1 expressions,
+ * one AND per consumer of a tensor, so as many as the graph has (a
+ * conditioning tensor read by every block). Consecutive positions with the
+ * same condition share one column (Run), which keeps the model to one
+ * column per change of the condition, not per step. */
 typedef struct Sig {
-  int ng;
-  int nf[SIG_MAX];
-  Lin f[SIG_MAX][3];
+  int ng, cap;
+  int *nf;
+  Lin (*f)[3];
 } Sig;
 
 typedef struct Run {
@@ -157,6 +167,9 @@ typedef struct Ilp {
   int nexcluded;
   Run run; /* scratch of the memory terms */
   Sig sig;
+  Lin *ors; /* ... an OR's terms (cap: nors) */
+  int nors;
+  Row up;   /* ... and a re-run's upper row */
   bool failed;
 } Ilp;
 
@@ -192,6 +205,41 @@ static void lin_addl(Ilp *md, Lin *l, const Lin *b, double s) {
   l->k += s * b->k;
 }
 
+/* Room for n entries in two parallel arrays of *cap entries (of a and b
+ * bytes each), grown by doubling. */
+static bool reserve2(void **x, size_t a, void **y, size_t b, int *cap, int n) {
+  if (n <= *cap) return true;
+  int nc = *cap ? *cap * 2 : 16;
+  while (nc < n) nc *= 2;
+  void *nx = realloc(*x, (size_t)nc * a);
+  if (nx) *x = nx;
+  void *ny = realloc(*y, (size_t)nc * b);
+  if (ny) *y = ny;
+  if (!nx || !ny) return false;
+  *cap = nc;
+  return true;
+}
+
+static bool row_reserve(Row *r, int n) {
+  return reserve2((void **)&r->col, sizeof(int), (void **)&r->c, sizeof(double), &r->cap, n);
+}
+
+static void row_addl(Ilp *md, Row *r, const Lin *b, double s) {
+  for (int i = 0; i < b->n; i++) {
+    int j = 0;
+    while (j < r->n && r->col[j] != b->col[i]) j++;
+    if (j == r->n) {
+      if (!row_reserve(r, r->n + 1)) {
+        md->failed = true;
+        return;
+      }
+      r->col[j] = b->col[i], r->c[j] = 0, r->n++;
+    }
+    r->c[j] += s * b->c[i];
+  }
+  r->k += s * b->k;
+}
+
 static bool lin_is_zero(const Lin *l) {
   for (int i = 0; i < l->n; i++)
     if (l->c[i] != 0) return false;
@@ -204,11 +252,14 @@ static bool lin_is_const(const Lin *l) {
   return true;
 }
 
-static void row_lin(Ilp *md, double lb, double ub, const Lin *l) {
-  if (lin_is_const(l)) return;
-  if (milp_add_row(&md->m, lb > -HUGE_VAL ? lb - l->k : lb, ub < HUGE_VAL ? ub - l->k : ub, l->n, l->col, l->c) < 0)
-    md->failed = true;
+static void add_row(Ilp *md, double lb, double ub, int n, const int *col, const double *c, double k) {
+  bool constant = true;
+  for (int i = 0; i < n && constant; i++) constant = c[i] == 0;
+  if (constant) return;
+  if (milp_add_row(&md->m, lb > -HUGE_VAL ? lb - k : lb, ub < HUGE_VAL ? ub - k : ub, n, col, c) < 0) md->failed = true;
 }
+
+static void row_lin(Ilp *md, double lb, double ub, const Lin *l) { add_row(md, lb, ub, l->n, l->col, l->c, l->k); }
 
 static int new_col(Ilp *md, double lb, double ub, double obj, bool integer) {
   int c = milp_add_col(&md->m, lb, ub, obj, integer);
@@ -294,8 +345,17 @@ static Lin or_of(Ilp *md, const Lin *f, int n) {
   return var(md, z);
 }
 
-static void sig_add(Sig *s, const Lin *f, int n) {
-  if (s->ng == SIG_MAX) return;
+static bool sig_reserve(Sig *s, int n) {
+  return reserve2((void **)&s->nf, sizeof(int), (void **)&s->f, sizeof *s->f, &s->cap, n);
+}
+
+static void sig_free(Sig *s) { free(s->nf), free(s->f); }
+
+static void sig_add(Ilp *md, Sig *s, const Lin *f, int n) {
+  if (!sig_reserve(s, s->ng + 1)) {
+    md->failed = true;
+    return;
+  }
   Lin g[3];
   int k = 0;
   for (int i = 0; i < n; i++) {
@@ -312,9 +372,17 @@ static void sig_add(Sig *s, const Lin *f, int n) {
 
 static void run_flush(Ilp *md, Run *r, int p1, int64_t bytes) {
   if (r->open && r->sig.ng) {
-    Lin ors[SIG_MAX];
-    for (int i = 0; i < r->sig.ng; i++) ors[i] = and_of(md, r->sig.f[i], r->sig.nf[i]);
-    Lin l = or_of(md, ors, r->sig.ng);
+    if (r->sig.ng > md->nors) {
+      Lin *ors = realloc(md->ors, (size_t)r->sig.ng * sizeof(Lin));
+      if (!ors) {
+        md->failed = true;
+        r->open = false;
+        return;
+      }
+      md->ors = ors, md->nors = r->sig.ng;
+    }
+    for (int i = 0; i < r->sig.ng; i++) md->ors[i] = and_of(md, r->sig.f[i], r->sig.nf[i]);
+    Lin l = or_of(md, md->ors, r->sig.ng);
     term(md, r->p0, p1, &l, bytes);
   }
   r->open = false;
@@ -337,7 +405,12 @@ static bool sig_equal(const Sig *a, const Sig *b) {
   return true;
 }
 
-static void sig_copy(Sig *dst, const Sig *src) {
+static void sig_copy(Ilp *md, Sig *dst, const Sig *src) {
+  if (!sig_reserve(dst, src->ng)) {
+    md->failed = true;
+    dst->ng = 0;
+    return;
+  }
   dst->ng = src->ng;
   for (int i = 0; i < src->ng; i++) {
     dst->nf[i] = src->nf[i];
@@ -348,7 +421,7 @@ static void sig_copy(Sig *dst, const Sig *src) {
 static void run_step(Ilp *md, Run *r, const Sig *s, int p, int64_t bytes) {
   if (r->open && sig_equal(&r->sig, s)) return;
   run_flush(md, r, p - 1, bytes);
-  sig_copy(&r->sig, s);
+  sig_copy(md, &r->sig, s);
   r->p0 = p;
   r->open = true;
 }
@@ -584,7 +657,13 @@ static void build_decisions(Ilp *md) {
     if (!regen(md, t)) continue;
     md->colK[t] = new_col(md, 0, 1, 0, true);
     md->colR[t] = new_col(md, 0, 1, 0, true);
-    md->colO[t] = new_col(md, 0, 1, 0, true);
+    /* A device whose copies take a share of the compute stream (a CPU
+     * backend's profile) charges it at each copy's issue: one offload and
+     * one prefetch per offloaded tensor (sim.c). */
+    int64_t bytes = g->tensors[t].bytes;
+    double share = md->min_memory ? 0
+                   : md->d->copy_compute_share * (cost_d2h_seconds(md->d, bytes) + cost_h2d_seconds(md->d, bytes)) * 1e6;
+    md->colO[t] = new_col(md, 0, 1, share, true);
     Lin one = lin_const(0);
     lin_add(md, &one, md->colK[t], 1);
     lin_add(md, &one, md->colR[t], 1);
@@ -1262,8 +1341,10 @@ static void build_reruns(Ilp *md) {
       int k = md->cand_t[md->cand_first[q] + c];
       Lin y = var(md, md->ycol[md->cand_first[q] + c]);
       Lin prev = ylt(md, q, k);
-      Lin up = y; /* y - prev - triggers <= 0 */
-      lin_addl(md, &up, &prev, -1);
+      Row *up = &md->up; /* y - prev - triggers <= 0: a trigger per output and consumer */
+      up->n = 0, up->k = 0;
+      row_addl(md, up, &y, 1);
+      row_addl(md, up, &prev, -1);
       if (c > 0) {
         Lin mono = y;
         lin_addl(md, &mono, &prev, -1);
@@ -1277,7 +1358,7 @@ static void build_reruns(Ilp *md) {
           Lin own = y;
           lin_add(md, &own, md->colR[v], -1);
           row_lin(md, 0, HUGE_VAL, &own);
-          lin_add(md, &up, md->colR[v], -1);
+          row_addl(md, up, &(Lin){.n = 1, .col = {md->colR[v]}, .c = {1}}, -1);
         }
         for (int cc = 0; cc < md->cons_n[v]; cc++) {
           int q2 = md->cons[md->cons_first[v] + cc];
@@ -1285,7 +1366,7 @@ static void build_reruns(Ilp *md) {
           if (tv->stashed && (!decided(md, v) || k > tv->first_bwd_read)) continue;
                     Lin e2 = eq(md, q2, k);
           if (!tv->stashed) {
-            lin_addl(md, &up, &e2, -1);
+            row_addl(md, up, &e2, -1);
           } else {
             int w = new_col(md, 0, 1, 0, false);
             Lin a = var(md, w);
@@ -1294,7 +1375,7 @@ static void build_reruns(Ilp *md) {
             Lin b = var(md, w);
             lin_add(md, &b, md->colR[v], -1);
             row_lin(md, -HUGE_VAL, 0, &b);
-            lin_add(md, &up, w, -1);
+            row_addl(md, up, &(Lin){.n = 1, .col = {w}, .c = {1}}, -1);
             if (!push((void **)&md->prod, md->nprod, &md->cap_prod, sizeof(Prod)) ||
                 !push((void **)&md->fac, md->nfac + 2, &md->cap_fac, sizeof(Lin))) {
               md->failed = true;
@@ -1306,7 +1387,7 @@ static void build_reruns(Ilp *md) {
           }
         }
       }
-      row_lin(md, -HUGE_VAL, 0, &up);
+      add_row(md, -HUGE_VAL, 0, up->n, up->col, up->c, up->k);
     }
   }
   /* A consumer re-run pulls q in with it. Outside q's (truncated) candidate
@@ -1362,7 +1443,7 @@ static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
     for (int c = 0; c < md->cons_n[t]; c++) {
       Lin a = at_or_after(md, md->cons[md->cons_first[t] + c], p);
       Lin f[2] = {*alive, a};
-      sig_add(sg, f, 2);
+      sig_add(md, sg, f, 2);
     }
     run_step(md, run, sg, p, bytes);
   }
@@ -1420,7 +1501,7 @@ static void build_memory(Ilp *md) {
         sg->ng = 0;
         for (int c = 0; m >= minc && c < md->cons_n[t]; c++) {
           Lin fct[2] = {o, yle(md, md->cons[md->cons_first[t] + c], m)};
-          sig_add(sg, fct, 2);
+          sig_add(md, sg, fct, 2);
         }
         for (int pp = md->grp_first[j]; pp <= md->grp_comp[j]; pp++) run_step(md, run, sg, pp, x->bytes);
       }
@@ -1463,7 +1544,7 @@ static void build_memory(Ilp *md) {
           sg->ng = 0;
           if (md->pos_q[p] != q) {
             Lin fct[2] = {started_before(md, q, p), rv};
-            sig_add(sg, fct, nregen == 1 ? 1 : 2);
+            sig_add(md, sg, fct, nregen == 1 ? 1 : 2);
           }
           run_step(md, run, sg, p, tv->bytes);
         }
@@ -1483,7 +1564,7 @@ static void build_memory(Ilp *md) {
         Lin st = started_before(md, q, p);
         for (int cc = 0; md->pos_q[p] != q && cc < md->cons_n[v]; cc++) {
           Lin f3[3] = {st, at_or_after(md, md->cons[md->cons_first[v] + cc], p), rv};
-          sig_add(sg, f3, 3);
+          sig_add(md, sg, f3, 3);
         }
         run_step(md, run, sg, p, tv->bytes);
       }
@@ -1551,6 +1632,7 @@ static void ilp_free(Ilp *md) {
   free(md->win), free(md->win_first), free(md->win_by_b), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
   free(md->frow_first), free(md->frow_by_b);
   free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
+  sig_free(&md->sig), sig_free(&md->run.sig), free(md->ors), free(md->up.col), free(md->up.c);
 }
 
 static void pack_for_eval(Ilp *md) {
@@ -1820,12 +1902,6 @@ static void consider(const Ilp *md, Candidate *best, const Decision *dec, int64_
   if (ilp_eval(md, dec, x, &peak) == 0) offer(md, best, dec, peak, objective_of(md, x), limit);
 }
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One decision change, scored around the vector it was tried on. */
 typedef struct Move {
   int t;
@@ -1922,7 +1998,7 @@ static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, l
   if (cur && gain && pay) score_moves(md, best, limit, x, cur, evals, gain, &ngain, pay, &npay);
   /* After an accepted exchange the scores are stale but their order
    * still guides: each gainer is evaluated again where it is tried. */
-  for (int a = 0, failed = 0; cur && gain && pay && a < ngain && failed < ILP_GAINERS && *evals > 0 && seconds_now() < deadline;
+  for (int a = 0, failed = 0; cur && gain && pay && a < ngain && failed < ILP_GAINERS && *evals > 0 && util_now() < deadline;
        a++) {
     double base = best->objective;
     if (cur[gain[a].t] == gain[a].to) continue;
@@ -1946,17 +2022,16 @@ static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, l
  * exact evaluation; with exchanges at its local optima when asked: a strong
  * incumbent for branch and bound, which GLPK's own heuristics rarely find
  * on these models. */
-static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double budget_s, long evals, bool exchanges) {
+static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double deadline, long evals, bool exchanges) {
   const Graph *g = md->g;
   if (!best->ok) return;
   Decision *cur = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   if (!cur) return;
-  double t0 = seconds_now();
   do {
     memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
-    for (bool moved = true; moved && evals > 0 && seconds_now() - t0 < budget_s;) {
+    for (bool moved = true; moved && evals > 0 && util_now() < deadline;) {
       moved = false;
-      for (int i = 0; i < g->nstashed && evals > 0 && seconds_now() - t0 < budget_s; i++, evals -= 2) {
+      for (int i = 0; i < g->nstashed && evals > 0 && util_now() < deadline; i++, evals -= 2) {
         int t = g->stashed[i];
         if (md->colK[t] < 0) continue;
         Decision was = cur[t];
@@ -1974,13 +2049,20 @@ static void improve(const Ilp *md, Candidate *best, int64_t limit, double *x, do
         memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
       }
     }
-  } while (exchanges && evals > 0 && seconds_now() - t0 < budget_s && exchange(md, best, limit, x, &evals, t0 + budget_s));
+  } while (exchanges && evals > 0 && util_now() < deadline && exchange(md, best, limit, x, &evals, deadline));
   free(cur);
 }
 
-/* Seconds for one decision: --time-limit, else a backstop behind the
- * counted work limits. */
-static double limit_of(const PlanOptions *o) { return o->time_limit > 0 ? o->time_limit : ILP_SAFETY; }
+/* Every limit of a solve is counted work (evaluations, simplex iterations,
+ * nodes), so a plan is a function of its inputs and options on an idle or a
+ * busy machine. --time-limit adds a deadline (CLOCK_MONOTONIC seconds) over
+ * the whole command that cuts the counted work short; without it the
+ * deadline is HUGE_VAL and no clock decides anything. */
+static double deadline_of(const PlanOptions *o, double start) {
+  return o->time_limit <= 0 ? HUGE_VAL : o->deadline > 0 ? o->deadline : start + o->time_limit;
+}
+
+static bool out_of_time(double deadline) { return deadline < HUGE_VAL && util_now() >= deadline; }
 
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
@@ -2096,7 +2178,7 @@ typedef struct Polish {
   int64_t limit;
   double *x; /* scratch, ncols */
   long evals;
-  double seconds;
+  double deadline;
   Candidate c;
   bool exchanged; /* a candidate went through the exchanges */
   Pool *pool;
@@ -2180,7 +2262,7 @@ static bool pairs(const Ilp *md, Candidate *best, const double *point, int64_t l
     memcpy(cur, best->dec, (size_t)g->ntensors * sizeof(Decision));
     double top = best->objective;
     int pi = -1, pj = -1;
-    for (int i = 0; i < n && *evals > 0 && seconds_now() < deadline; i++) {
+    for (int i = 0; i < n && *evals > 0 && util_now() < deadline; i++) {
       cur[d[i].t] = d[i].to;
       for (int j = i + 1; j < n && *evals > 0; j++) {
         cur[d[j].t] = d[j].to;
@@ -2223,9 +2305,9 @@ static void kick(const Ilp *md, Candidate *best, const double *point, double bou
   uint64_t seed = 0x9e3779b97f4a7c15u;
   for (long pair_evals = evals; (best->objective - bound) > ILP_PROOF_GAP * best->objective &&
                                 pairs(md, best, point, limit, x, &pair_evals, deadline);)
-    improve(md, best, limit, x, deadline - seconds_now(), evals, true);
+    improve(md, best, limit, x, deadline, evals, true);
   for (int round = 0; kicked && polished && doubted && round < ILP_KICKS &&
-                      (best->objective - bound) > ILP_PROOF_GAP * best->objective && seconds_now() < deadline;
+                      (best->objective - bound) > ILP_PROOF_GAP * best->objective && util_now() < deadline;
        round++) {
     int ndoubted = doubts(md, best, point, doubted);
     if (!ndoubted) break;
@@ -2239,7 +2321,7 @@ static void kick(const Ilp *md, Candidate *best, const double *point, double bou
     Candidate c = {.dec = polished};
     consider(md, &c, kicked, limit, x);
     if (!c.ok) continue;
-    improve(md, &c, limit, x, deadline - seconds_now(), evals, true);
+    improve(md, &c, limit, x, deadline, evals, true);
     if (c.objective < best->objective - 1e-9) {
       memcpy(best->dec, c.dec, (size_t)g->ntensors * sizeof(Decision));
       best->objective = c.objective, best->peak = c.peak;
@@ -2261,7 +2343,7 @@ static bool search_x(void *ctx, double *cols, const double *point, double bound)
   free(dec);
   if (!c->ok) return false;
   double before = c->objective;
-  kick(p->md, c, point, bound, p->limit, p->x, seconds_now() + p->seconds, p->evals);
+  kick(p->md, c, point, bound, p->limit, p->x, p->deadline, p->evals);
   int64_t pk;
   if (c->objective >= before - 1e-9) return false;
   pool_add(p->pool, p->md->g, c);
@@ -2285,7 +2367,7 @@ static bool polish_x(void *ctx, double *cols) {
   }
   free(dec);
   if (!p->c.ok) return false;
-  improve(p->md, &p->c, p->limit, p->x, p->seconds, p->evals, true);
+  improve(p->md, &p->c, p->limit, p->x, p->deadline, p->evals, true);
   p->exchanged = true;
   pool_add(p->pool, p->md->g, &p->c);
   int64_t pk;
@@ -2358,16 +2440,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     rc = 1;
     goto out;
   }
-  double budget_s = deadline - seconds_now();
-  /* A descent from the best start: the starting solution. */
-  /* Without --time-limit the work is counted, not timed, so the same
-   * inputs give the same plan (ILP_SAFETY seconds stay as a backstop). */
-  bool counted = o->time_limit <= 0;
-  long evals = counted ? ILP_EVALS_PER_TENSOR * (long)g->nstashed : LONG_MAX;
-  long xevals = counted ? (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed : LONG_MAX;
-  bool cheap_tree = counted && md.m.nnz < ILP_CHEAP_NNZ;
-  long nodes = counted && !cheap_tree ? node_limit(&md.m, ILP_NODE_WORK) : 0;
-  improve(&md, best, limit, x, budget_s / 4, evals, false);
+  /* A descent from the best start: the starting solution. The work is
+   * counted (deadline_of), so the same inputs give the same plan. */
+  long evals = ILP_EVALS_PER_TENSOR * (long)g->nstashed;
+  long xevals = (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed;
+  bool cheap_tree = md.m.nnz < ILP_CHEAP_NNZ;
+  long nodes = !cheap_tree ? node_limit(&md.m, ILP_NODE_WORK) : 0;
+  improve(&md, best, limit, x, deadline, evals, false);
   if (goal & GOAL_QUICK) {
     snprintf(si->status, sizeof si->status, "feasible");
     si->objective = best->objective;
@@ -2382,7 +2461,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
     md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
     if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = objective_of(&md, md.m.start);
   }
-  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .seconds = budget_s / 4, .c = {.dec = tmp},
+  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .deadline = deadline, .c = {.dec = tmp},
                 .searched = {.dec = searched}};
   /* The largest models (no tree): where only plans that offload fit, the
    * relaxation is warm-started from a looser one (loose_bounds) and no
@@ -2391,20 +2470,20 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
    * neighbourhood: the second found nothing at llama3-8b's f = 0.2-0.4
    * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
    * us. */
-  bool no_tree = counted && !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
+  bool no_tree = !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
   /* There the relaxation is the whole proof and its count binds: the queue
    * rows (45% of gpt2-1558m's nonzeros) go in lazily (milp.c), and the count
    * is over the rest. */
   bool lazy = no_tree;
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
-  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = fmax(0.05, deadline - seconds_now()),
+  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
-                    .neighbourhood_nodes = counted ? node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK) : 0,
-                    .good_gap = counted && !cheap_tree ? ILP_GOOD_GAP : 0,
+                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK),
+                    .good_gap = !cheap_tree ? ILP_GOOD_GAP : 0,
                     .skip_tree = no_tree, .loose_ub = loose,
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
-                    .lp_iterations = counted ? (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))) : 0,
+                    .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = polish_x, .polish_ctx = &pol, .search = search_x,
                     .separate = separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
@@ -2434,13 +2513,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   }
   /* The solver's candidates went through the exchanges in the hook; the
    * starts alone (no LP point) did not. */
-  improve(&md, best, limit, x, budget_s / 4, pol.exchanged ? evals : xevals, !pol.exchanged);
+  improve(&md, best, limit, x, deadline, pol.exchanged ? evals : xevals, !pol.exchanged);
   /* Not again where the plan is the one the search before the proof tree
    * ended at. */
   bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
   if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
-    kick(&md, best, r.lp_x, r.bound, limit, x, fmin(deadline, seconds_now() + budget_s / 4), xevals);
-  bool timed_out = r.status == MILP_TIME_LIMIT || (r.status == MILP_NO_SOLUTION && !counted);
+    kick(&md, best, r.lp_x, r.bound, limit, x, deadline, xevals);
+  bool timed_out = r.status == MILP_TIME_LIMIT || out_of_time(deadline);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
   *relaxed = !isnan(r.lp_x[md.m.ncols]);
@@ -2466,18 +2545,23 @@ out:
 /* The memory-minimizing solve (goal GOAL_MEMORY, with GOAL_QUICK or not):
  * its decisions and their arena; note: GLPK's failure inside it, if any (a
  * SolverInfo note: the plan is the least found before it, not proven the
- * least). */
-static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, Decision *out, int64_t *arena,
-                           char *note, Err *e) {
+ * least); *proven (when not NULL): the peak below which no plan of the
+ * schedule family exists, as far as this solve proved it (its bound, where
+ * the model is the whole family: no depth bound; else 0). */
+static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
+                           int64_t *arena, int64_t *proven, char *note, Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
+  if (proven) *proven = 0;
   note[0] = 0;
-  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, seconds_now() + limit_of(o), &c, NULL, &si, &relaxed, ILP_TREE_WORK,
+  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK,
                e) ||
       !c.ok)
     return -1;
+  /* The bound is in MiB through GLPK's tolerances: a millionth below it. */
+  if (proven && g->nops <= ILP_FULL_OPS && si.bound > 0) *proven = (int64_t)floor(si.bound * ILP_UNIT * (1 - 1e-6));
   Plan *p = plan_from_decisions(g, d, c.dec, e);
   if (!p) return -1;
   *arena = p->arena_bytes;
@@ -2486,23 +2570,30 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   return 0;
 }
 
+/* The peak below which no plan exists: every resident byte and the largest
+ * working set of one op, or what the memory-minimizing solve proved. */
+static int64_t proven_least_peak(const Graph *g, int64_t solved) {
+  int64_t resident, working;
+  int at;
+  if (info_lower_bound(g, &resident, &working, &at)) return solved;
+  return resident + working > solved ? resident + working : solved;
+}
+
 static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
   Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   int64_t arena = -1;
   note[0] = 0;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, GOAL_MEMORY, dec, &arena, note, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, e);
   free(dec);
   return arena;
 }
 
-/* The model's objective for one decision vector (what SolverInfo reports
- * for a plan the simulator preferred). */
-static double model_objective(const Graph *g, const Device *d, const Decision *dec) {
+double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec) {
   Ilp md;
   Err e;
   double v = -1;
-  if (ilp_build(&md, g, d, INT64_MAX / 4, false, 0, &e)) return -1;
+  if (ilp_build(&md, g, d, INT64_MAX / 4, false, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return -1;
   double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   int64_t peak;
   if (x && ilp_eval(&md, dec, x, &peak) == 0) v = objective_of(&md, x);
@@ -2519,6 +2610,13 @@ static double model_objective(const Graph *g, const Device *d, const Decision *d
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
 #define ILP_PAIRS_MAX 16
 
+/* Every op once, us: what any plan's step takes at least. */
+static double compute_us(const Graph *g, const Device *d) {
+  double us = 0;
+  for (int i = 0; i < g->nops; i++) us += cost_op_seconds(g, d, i) * 1e6;
+  return us;
+}
+
 static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
   Err e;
   Plan *p = plan_from_decisions(g, d, dec, &e);
@@ -2533,7 +2631,7 @@ static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Deci
  * still reach the budget. Returns the smallest arena reached. */
 static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, double deadline) {
   if (g->nstashed > ILP_POLISH_MAX) return arena;
-  for (bool moved = true; moved && arena > budget && seconds_now() < deadline + 2;) {
+  for (bool moved = true; moved && arena > budget && !out_of_time(deadline);) {
     moved = false;
     for (int i = 0; i < g->nstashed && !moved; i++) {
       int t = g->stashed[i];
@@ -2555,9 +2653,9 @@ static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Dec
 static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
   if (g->nstashed > ILP_POLISH_MAX) return false;
   bool any = false;
-  for (bool moved = true; moved && seconds_now() < deadline;) {
+  for (bool moved = true; moved && util_now() < deadline;) {
     moved = false;
-    for (int i = 0; i < g->nstashed && !moved && seconds_now() < deadline; i++) {
+    for (int i = 0; i < g->nstashed && !moved && util_now() < deadline; i++) {
       int t = g->stashed[i];
       Decision was = dec[t];
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
@@ -2568,7 +2666,7 @@ static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *de
         else dec[t] = was;
       }
     }
-    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && seconds_now() < deadline; i++)
+    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && util_now() < deadline; i++)
       for (int j = i + 1; j < g->nstashed && !moved; j++) {
         int t = g->stashed[i], u = g->stashed[j];
         Decision wt = dec[t], wu = dec[u];
@@ -2712,6 +2810,28 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
   return min_budget(g, d, o, note, e);
 }
 
+/* No plan at the budget: "infeasible" only where proven (the budget is
+ * below least, a peak no plan of the family gets under); else what was not
+ * found. Either way the smallest budget this run planned (planned, its
+ * arena, < 0: none), and whether that is only the least found before GLPK
+ * failed (note). */
+static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64_t least, int64_t planned, const char *note,
+                          Err *e) {
+  char b1[32], b2[32], b3[32], proof[160] = "", smallest[sizeof ((SolverInfo *)0)->note + 160] = "";
+  if (budget < least)
+    snprintf(proof, sizeof proof, ": no plan below %" PRId64 " bytes (%s) exists in the schedule family", least,
+             util_fmt_bytes(least, b2, sizeof b2));
+  if (planned >= 0)
+    snprintf(smallest, sizeof smallest, "; the smallest budget planned is %" PRId64 " bytes (%s)%s%s%s", planned,
+             util_fmt_bytes(planned, b3, sizeof b3), note[0] ? " (the least found before " : "", note, note[0] ? ")" : "");
+  if (proof[0])
+    err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s%s%s", g->path, budget,
+            util_fmt_bytes(budget, b1, sizeof b1), d->name, proof, smallest);
+  else
+    err_set(e, "%s: no plan found at %" PRId64 " bytes (%s) on %s%s", g->path, budget, util_fmt_bytes(budget, b1, sizeof b1),
+            d->name, smallest);
+}
+
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -2729,13 +2849,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     goto out;
   }
   int64_t limit = o->budget_bytes;
-  double deadline = seconds_now() + limit_of(o), best_s = HUGE_VAL;
+  double start = util_now(), deadline = deadline_of(o, start), best_s = HUGE_VAL;
   /* Keep-all costs no recompute and no stall: when it fits, nothing is
    * faster and the bound (pure compute) proves it. */
   for (int i = 0; i < g->nstashed; i++) best[g->stashed[i]] = DEC_KEEP;
   if (try_plan(g, d, o->budget_bytes, best, &best_s)) {
-    double compute = 0;
-    for (int i = 0; i < g->nops; i++) compute += cost_op_seconds(g, d, i) * 1e6;
+    double compute = compute_us(g, d);
     snprintf(si->name, sizeof si->name, "%s", o->solver ? o->solver : "glpk");
     snprintf(si->status, sizeof si->status, "optimal");
     si->objective = si->bound = compute;
@@ -2753,15 +2872,15 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * use the starts and the descent alone, as theirs would not either. */
   double bound = 0;
   bool relaxed = false;
-  double seconds = 0;
   bool picked = false;
   /* When no start fits, the memory-minimizing plan is the start (and,
    * should the solve find nothing better, the answer). */
-  int64_t mm_arena = -1;
+  int64_t mm_arena = -1, mm_proven = 0;
   int mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
   bool mm_ok = false;
   char mm_note[sizeof si->note] = "";
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
+    if (round > 0 && out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
     int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
@@ -2777,12 +2896,11 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, mm_note, &e2) == 0;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
     }
-    seconds += rsi.seconds;
     if (round == 0) bound = rsi.bound, relaxed = rel;
     /* The objective estimates stalls; the simulator has the last word
      * among the solution and the starts (so no baseline is ever better). */
@@ -2815,7 +2933,6 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
         best_s = step, picked = true;
         *si = rsi;
         if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
-        si->objective = model_objective(g, d, best);
       }
     }
     if (pick) {
@@ -2824,7 +2941,6 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       if (pick != &c) {
         /* A start the simulator preferred: not the solver's optimum. */
         if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
-        si->objective = isnan(pick->objective) ? model_objective(g, d, pick->dec) : pick->objective;
       }
     }
     /* Tighter rows only raise the model's objective: stop once the
@@ -2844,40 +2960,38 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     }
     c.ok = false;
   }
-  si->seconds = seconds;
   if (!picked) {
     /* The memory-minimizing solve fits whenever anything in the model does. */
     int64_t m = -1;
     Err e2;
-    if (mm_goal != GOAL_MEMORY) mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, mm, &mm_arena, mm_note, &e2) == 0;
+    if (mm_goal != GOAL_MEMORY)
+      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
     }
     if (m >= 0 && m <= o->budget_bytes && try_plan(g, d, o->budget_bytes, best, &best_s)) {
       snprintf(si->status, sizeof si->status, "feasible");
-      si->objective = model_objective(g, d, best);
       if (!si->note[0]) snprintf(si->note, sizeof si->note, "%s", mm_note);
     } else {
-      char b1[32], b2[32];
-      if (m < 0)
-        err_set(e, "%s: no plan fits the budget of %" PRId64 " bytes (%s)", g->path, o->budget_bytes,
-                util_fmt_bytes(o->budget_bytes, b1, sizeof b1));
-      else
-        err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s; the smallest budget the planner can meet is %" PRId64
-                   " bytes (%s)%s%s%s",
-                g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, m,
-                util_fmt_bytes(m, b2, sizeof b2), mm_note[0] ? " or less (the least found before " : "",
-                mm_note[0] ? mm_note : "", mm_note[0] ? ")" : "");
+      no_plan_error(g, d, o->budget_bytes, proven_least_peak(g, mm_goal == GOAL_MEMORY ? mm_proven : 0), m, mm_note, e);
       goto out;
     }
   }
-  if (polish(g, d, o->budget_bytes, best, &best_s, deadline)) {
-    if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
-    si->objective = model_objective(g, d, best);
-  }
-  si->bound = fmin(bound, si->objective);
+  if (polish(g, d, o->budget_bytes, best, &best_s, deadline) && !strcmp(si->status, "optimal"))
+    snprintf(si->status, sizeof si->status, "feasible");
+  /* One objective: the returned plan's simulated step time. Where the
+   * model's differs (docs/PLANNING.md section 4: stalls it can only
+   * bound), the model's optimum is not this plan's, so not "optimal". */
+  si->objective = best_s * 1e6;
+  if (fabs(plan_ilp_objective(g, d, best) - si->objective) > 1e-6 * si->objective && !strcmp(si->status, "optimal"))
+    snprintf(si->status, sizeof si->status, "feasible");
+  /* The relaxation's bound where it finished, and never below the compute
+   * alone (every plan runs every op once): a real bound either way. */
+  si->bound = fmin(fmax(bound, compute_us(g, d)), si->objective);
   si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+  si->seconds = util_now() - start;
+  if (out_of_time(deadline) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
   if (si->gap < 1e-12) si->gap = 0;
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
   rc = 0;

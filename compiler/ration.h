@@ -33,6 +33,8 @@ int64_t util_align_up(int64_t x, int64_t align);
 bool util_parse_size(const char *s, int64_t *out);
 /* Human-readable size ("1.50 GiB") into buf. */
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
+/* CLOCK_MONOTONIC seconds: for deadlines and reported wall times only. */
+double util_now(void);
 
 /* Whole file into a NUL-terminated malloc'd buffer; whatever PATH is (a
  * FIFO, a device, standard input), more than JSON_MAX_FILE_BYTES is an
@@ -357,7 +359,8 @@ typedef struct PlanOptions {
   const char *strategy; /* keep-all checkpoint-layers sqrt-n offload-all knapsack ilp exact */
   const char *solver;   /* glpk | cbc */
   int64_t budget_bytes;
-  double time_limit;    /* seconds; <= 0 means the strategy's default */
+  double time_limit;    /* seconds, a hard cap on the command; <= 0: none (every limit is counted work) */
+  double deadline;      /* CLOCK_MONOTONIC seconds at which time_limit runs out (the command's start + it); 0: from the solve's start */
   bool quiet;           /* no progress lines on stderr */
   /* Decisions to start from, e.g. the same strategy's plan at a smaller
    * budget (which then bounds the answer: it fits here too), or NULL. */
@@ -401,6 +404,9 @@ Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o,
  * (equal to the simulator's), and the smallest arena it can reach. */
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
+/* The ILP model's objective (us) for a decision vector, -1 outside the model:
+ * what the solver minimizes; the plan reports the simulator's step. */
+double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec);
 /* The copy stalls (us) of one decision vector by the model's stall rows
  * alone and by its copy queues alone; the rows must be bounds of the
  * queues. With lp_us, also the rows' least stalls by the LP with the

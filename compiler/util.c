@@ -74,6 +74,12 @@ bool util_parse_size(const char *s, int64_t *out) {
   return false;
 }
 
+double util_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)bytes;

@@ -37,7 +37,7 @@ plan() {
 # 1/$2 of it (default 1/20).
 tight() {
   min=$($R plan "$1" --device $DEV --budget 1 -o $O/probe 2>&1 |
-        sed -n 's/.*the smallest budget the planner can meet is \([0-9]*\) bytes.*/\1/p')
+        sed -n 's/.*the smallest budget planned is \([0-9]*\) bytes.*/\1/p')
   rm -f $O/probe.*
   echo $((min + min / ${2:-20}))
 }

@@ -39,7 +39,7 @@ if [ "$n" = 1 ]; then ok "the plan holds one device buffer of $R bytes for ratio
 else fail "the plan holds one device buffer for ration.runtime" "found $n"; fi
 # The smallest budget the planner names counts the runtime bytes, and meets it.
 min=$($RATION plan $G --device $tmp/rt.json --budget 1 -o $tmp/probe 2>&1 |
-      sed -n 's/.*the smallest budget the planner can meet is \([0-9]*\) bytes.*/\1/p')
+      sed -n 's/.*the smallest budget planned is \([0-9]*\) bytes.*/\1/p')
 if [ -n "$min" ] && [ "$min" -gt $R ] && $RATION plan $G --device $tmp/rt.json --budget "$min" -o $tmp/min >/dev/null 2>&1
 then ok "the smallest budget named ($min) is above the runtime bytes and plans"
 else fail "the smallest budget named counts the runtime bytes and plans" "min $min"; fi

@@ -215,10 +215,10 @@ static int64_t smallest_feasible(const Graph *g, const Device *d, const char *st
   PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = 1, .time_limit = 5.0, .quiet = true};
   Err e = {{0}};
   Plan *p = plan_make(g, d, &po, &e);
-  const char *named = strstr(e.msg, "the smallest budget the planner can meet is ");
+  const char *named = strstr(e.msg, "the smallest budget planned is ");
   long long m;
   plan_free(p);
-  if (named && sscanf(named + strlen("the smallest budget the planner can meet is "), "%lld", &m) == 1 &&
+  if (named && sscanf(named + strlen("the smallest budget planned is "), "%lld", &m) == 1 &&
       (p = try_plan(g, d, strategy, (int64_t)m))) {
     plan_free(p);
     return (int64_t)m;

@@ -1,0 +1,74 @@
+# t_plan_determinism.sh - a plan is a function of its inputs and options:
+# the same solves (graphs of several structures from bench/gen_graph.py, at
+# several budgets, one of them stopped by its counted work limit) give
+# byte-identical plan files (but for solver.seconds, the wall time) and
+# schedules beside two busy loops as on an idle machine. And --time-limit S
+# is a hard cap on the whole command: it returns within S + 5% + 1 s with
+# status time_limit, a valid plan, and solver fields true to the run
+# (seconds within the wall time, the bound below the objective).
+. tests/lib.sh
+tmp=$(mktemp -d)
+hogs=""
+stop_hogs() { for p in $hogs; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; hogs=""; }
+trap 'stop_hogs; rm -rf "$tmp"' EXIT
+dev=tests/data/gpu-small.json
+for s in chain skips encdec cond dag; do
+  python3 bench/gen_graph.py $s --layers 6 --dim 64 -o "$tmp/$s.json" || fail "gen_graph.py $s"
+done
+solves="chain:50% skips:65% encdec:50% cond:50% cond:80% dag:80% dag:90%"
+# run DIR: every solve's plan (solver.seconds blanked) and schedule into DIR.
+run() {
+  mkdir -p "$1"
+  for sb in $solves; do
+    s=${sb%%:*}; b=${sb#*:}; o="$1/$s-${b%\%}"
+    $RATION plan "$tmp/$s.json" --device $dev --budget "$b" -o "$o" >/dev/null 2>"$o.err"
+    echo $? >"$o.status"
+    [ -f "$o.plan.json" ] && sed -i 's/"seconds": [0-9.e+-]*/"seconds": 0/' "$o.plan.json"
+  done
+}
+run "$tmp/idle"
+for i in 1 2; do
+  sh -c 'while :; do :; done' & hogs="$hogs $!"
+done
+run "$tmp/busy"
+stop_hogs
+for sb in $solves; do
+  s=${sb%%:*}; b=${sb#*:}; n="$s-${b%\%}"
+  if [ "$(cat "$tmp/idle/$n.status")" != 0 ]; then fail "$n: planned on an idle machine" "$(cat "$tmp/idle/$n.err")"; continue; fi
+  if cmp -s "$tmp/idle/$n.plan.json" "$tmp/busy/$n.plan.json" && cmp -s "$tmp/idle/$n.sched.c" "$tmp/busy/$n.sched.c" &&
+     cmp -s "$tmp/idle/$n.sched.h" "$tmp/busy/$n.sched.h"; then ok "$n: the same bytes beside two busy loops"
+  else fail "$n: the same bytes beside two busy loops" "$(diff "$tmp/idle/$n.plan.json" "$tmp/busy/$n.plan.json" | head -5)"; fi
+done
+# At least one solve ended on its counted limit (a gap left above the
+# solver's 0.1%), so the counts, not the clock, stopped it.
+counted=0
+for f in "$tmp"/idle/*.plan.json; do
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["solver"]; sys.exit(0 if s["status"]=="feasible" and s["gap"]>0.001 else 1)' "$f" && counted=$((counted+1))
+done
+if [ $counted -gt 0 ]; then ok "$counted of the solves stopped at their counted limit"; else fail "a solve stopped at its counted limit"; fi
+
+# --time-limit: a solve that needs far longer (gpt2-tiny at 80% of keep-all).
+for limit in 1 2; do
+  t0=$(date +%s.%N)
+  $RATION plan models/gpt2-tiny.json --device h100-sxm-80g --budget 80% --time-limit $limit -o "$tmp/tl" >/dev/null 2>"$tmp/tl.err"
+  st=$?; t1=$(date +%s.%N)
+  if python3 - "$tmp/tl.plan.json" "$limit" "$t0" "$t1" "$st" <<'EOF'
+import json, sys
+path, limit, t0, t1, st = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+wall = t1 - t0
+assert st == 0, "exit status %d" % st
+assert wall <= limit * 1.05 + 1, "took %.2f s with --time-limit %g" % (wall, limit)
+p = json.load(open(path))
+s = p["solver"]
+assert s["status"] == "time_limit", s
+assert 0 < s["seconds"] <= wall, (s, wall)
+assert s["bound"] <= s["objective"] and s["bound"] > 0, s
+assert abs(s["gap"] - (s["objective"] - s["bound"]) / s["objective"]) < 1e-6, s
+EOF
+  then ok "--time-limit $limit: returned in time, status time_limit, solver fields true to the run"
+  else fail "--time-limit $limit: returned in time, status time_limit, solver fields true to the run" "$(cat "$tmp/tl.err")"; fi
+  if $RATION simulate models/gpt2-tiny.json "$tmp/tl.plan.json" --device h100-sxm-80g >/dev/null 2>"$tmp/sim.err"; then
+    ok "--time-limit $limit: the plan is valid"
+  else fail "--time-limit $limit: the plan is valid" "$(cat "$tmp/sim.err")"; fi
+done
+t_done

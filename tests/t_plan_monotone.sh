@@ -1,0 +1,36 @@
+# t_plan_monotone.sh - more memory never buys a slower plan: on graphs of
+# several structures (bench/gen_graph.py: a chain, long skips, an
+# encoder-decoder with cross-attention, a conditioning tensor read by every
+# block, a random layered DAG), `ration report`'s ilp sweep (each plan the
+# next budget's start) has a plan at every budget from the smallest planned
+# to keep-all, with a predicted step time that never grows; and so do
+# `ration plan` runs at rising budgets, each on its own.
+. tests/lib.sh
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+dev=tests/data/gpu-small.json
+# monotone CSV: "budget feasible step" lines in budget order -> ok or the first rise.
+monotone() {
+  awk 'BEGIN { prev = -1 }
+       $2 != 1 { print "no plan at " $1; exit 1 }
+       prev >= 0 && $3 > prev * (1 + 1e-12) { print "step " $3 " at " $1 " after " prev; exit 1 }
+       { prev = $3 }' "$1"
+}
+for s in chain skips encdec cond dag; do
+  python3 bench/gen_graph.py $s --layers 4 --dim 32 --seed 3 -o "$tmp/$s.json" || fail "gen_graph.py $s"
+  if $RATION report "$tmp/$s.json" --device $dev --strategies ilp --points 7 -o "$tmp/r-$s" >/dev/null 2>"$tmp/err"; then
+    # budget_bytes, feasible, step_seconds (report.csv's columns 5, 7, 8)
+    tail -n +2 "$tmp/r-$s/report.csv" | awk -F, '{ print $5, $7, $8 }' >"$tmp/r-$s.txt"
+    if why=$(monotone "$tmp/r-$s.txt"); then ok "$s: report sweep, a plan at every budget, step time never rises"
+    else fail "$s: report sweep, a plan at every budget, step time never rises" "$why"; fi
+    : >"$tmp/p-$s.txt"
+    for b in $(awk '{ print $1 }' "$tmp/r-$s.txt"); do
+      if $RATION plan "$tmp/$s.json" --device $dev --budget "$b" -o "$tmp/p" >/dev/null 2>"$tmp/err"; then
+        python3 -c 'import json,sys; print(sys.argv[2], 1, json.load(open(sys.argv[1]))["predicted"]["step_seconds"])' \
+          "$tmp/p.plan.json" "$b" >>"$tmp/p-$s.txt"
+      else echo "$b 0 0" >>"$tmp/p-$s.txt"; fi
+    done
+    if why=$(monotone "$tmp/p-$s.txt"); then ok "$s: plan at each budget alone, step time never rises"
+    else fail "$s: plan at each budget alone, step time never rises" "$why"; fi
+  else fail "$s: report" "$(cat "$tmp/err")"; fi
+done
+t_done
