@@ -1,0 +1,140 @@
+"""torch_memory.py - PyTorch's own ways to trade compute for activation
+memory against ration's plan applied (python/ration_torch), side by side in
+one run on the CPU: plain eager; per-layer torch.utils.checkpoint; the
+torch.compile min-cut partitioner at several activation_memory_budget
+values; ration plans at several budgets. Per row: the bytes autograd saves
+for backward (distinct storages, params and inputs aside), the heap's peak
+over a forward and backward above what was held before it (bench/
+peak_malloc.c, preloaded: the CPU has no max_memory_allocated), and the
+median step.
+
+Run by bench/bench_torch_memory.sh (which builds the shim and the venv):
+    python torch_memory.py RATION STEPS DEVICE.json [gpt2|llama|dit ...]
+DEVICE.json is the device ration plans for: on the CPU the host is the same
+memory, so the script's device makes copies prohibitively slow and plans
+recompute only.
+"""
+import ctypes
+import os
+import re
+import statistics
+import sys
+import time
+
+import torch
+import torch.utils.checkpoint as ckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import ration_torch  # noqa: E402
+import torch_models  # noqa: E402
+from ration_torch._trace import storage_key, storage_nbytes  # noqa: E402
+
+RATION, STEPS, DEVICE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+MODELS = sys.argv[4:] or ["gpt2", "llama", "dit"]
+COMPILE_BUDGETS = [1.0, 0.5, 0.0]
+RATION_BUDGETS = ["100%", "80%", "60%", "40%", "smallest"]
+os.environ["RATION"] = RATION
+heap = ctypes.CDLL(None)
+heap.peak_malloc_peak.restype = heap.peak_malloc_current.restype = ctypes.c_int64
+MiB = 1 << 20
+
+
+def build(name):
+    """The 6-layer, dim-384 configurations the issue measured, batch 4."""
+    torch.manual_seed(0)
+    F = torch.nn.functional
+    if name in ("gpt2", "llama"):
+        model = (torch_models.GPT2(vocab=256, seq=256, dim=384, heads=6, layers=6) if name == "gpt2" else
+                 torch_models.Llama(vocab=256, seq=256, dim=384, heads=6, kv_heads=2, ffn=1024, layers=6))
+        tokens = torch.randint(0, 256, (4, 257))
+        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        return model, (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    model = torch_models.DiT(channels=4, size=32, patch=2, dim=384, heads=6, layers=6)
+    x, t, noise = torch.randn(4, 4, 32, 32), torch.randint(0, 1000, (4,)), torch.randn(4, 4, 32, 32)
+    return model, (x, t), lambda pred: F.mse_loss(pred, noise)
+
+
+def blocks_of(model):
+    return max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+
+
+def measure(model, inputs, loss_fn, forward=None, run=None):
+    """(saved bytes, heap peak over the step, median step seconds) over STEPS
+    steps after a warm-up one; forward defaults to model."""
+    forward = forward if forward is not None else model
+    resident = {storage_key(t) for t in list(model.parameters()) + list(model.buffers()) + list(inputs)}
+    peaks, times, saved = [], [], {}
+
+    def pack(t):
+        if t.numel() and storage_key(t) not in resident:
+            saved[storage_key(t)] = storage_nbytes(t)
+        return t
+    for i in range(STEPS + 1):
+        model.zero_grad(set_to_none=True)
+        saved.clear()
+        base = heap.peak_malloc_current()
+        heap.peak_malloc_reset()
+        t0 = time.perf_counter()
+        if run is None:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = loss_fn(forward(*inputs))
+        else:  # the plan's hooks: an inner pair of ours would replace them
+            loss = loss_fn(forward(*inputs))
+        loss.backward()
+        times.append(time.perf_counter() - t0)
+        peaks.append(heap.peak_malloc_peak() - base)
+        del loss
+    if run is not None:
+        held = run.last_step.saved_bytes + run.last_step.offloaded_bytes
+        return held, max(peaks[1:]), statistics.median(times[1:])
+    return sum(saved.values()), max(peaks[1:]), statistics.median(times[1:])
+
+
+def row(model_name, method, setting, m):
+    saved, peak, secs = m
+    print(f"| {model_name} | {method} | {setting} | {saved / MiB:.1f} | {peak / MiB:.1f} | {secs * 1e3:.0f} |", flush=True)
+
+
+print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {STEPS} steps after a warm-up one, "
+      f"load {os.getloadavg()[0]:.1f}")
+print("| model | method | setting | saved MiB | peak MiB | step ms |")
+print("|---|---|---|---|---|---|")
+for name in MODELS:
+    model, inputs, loss_fn = build(name)
+    row(name, "eager", "-", measure(model, inputs, loss_fn))
+    blocks = blocks_of(model)
+    plain = [b.forward for b in blocks]
+    for b, f in zip(blocks, plain):
+        b.forward = lambda *a, _f=f: ckpt.checkpoint(_f, *a, use_reentrant=False)
+    row(name, "torch.utils.checkpoint", f"every block ({len(blocks)})", measure(model, inputs, loss_fn))
+    for b, f in zip(blocks, plain):
+        b.forward = f
+    import torch._functorch.config as functorch_config
+    for budget in COMPILE_BUDGETS:
+        torch._dynamo.reset()
+        functorch_config.activation_memory_budget = budget
+        compiled = torch.compile(model)
+        row(name, "torch.compile", f"activation_memory_budget {budget}", measure(model, inputs, loss_fn, compiled))
+    torch._dynamo.reset()
+    graph = ration_torch.export(model, inputs, loss_fn)
+    for budget in RATION_BUDGETS:
+        try:
+            if budget == "smallest":  # as ration names it when asked for one byte
+                try:
+                    ration_torch.plan(graph, device=DEVICE, budget=1)
+                except ration_torch.PlanError as e:
+                    least = re.search(r"the smallest budget the planner can meet is (\d+) bytes", str(e))
+                    if not least:
+                        raise
+                    budget = int(least.group(1))
+            plan = ration_torch.plan(graph, device=DEVICE, budget=budget)
+        except ration_torch.PlanError as e:
+            print(f"| {name} | ration | {budget} | no plan: {e} | | |")
+            continue
+        by = plan.bytes_by_decision()
+        with ration_torch.apply(model, plan) as run:
+            m = measure(model, inputs, loss_fn, run=run)
+        if isinstance(budget, int):
+            budget = f"smallest, {budget / MiB:.1f} MiB"
+        row(name, "ration plan", f"{budget}: keep {by['keep'] / MiB:.1f}, recompute {by['recompute'] / MiB:.1f} MiB", m)
