@@ -124,7 +124,7 @@ for name in MODELS:
                 try:
                     ration_torch.plan(graph, device=DEVICE, budget=1)
                 except ration_torch.PlanError as e:
-                    least = re.search(r"the smallest budget the planner can meet is (\d+) bytes", str(e))
+                    least = re.search(r"the smallest budget planned is (\d+) bytes", str(e))
                     if not least:
                         raise
                     budget = int(least.group(1))
