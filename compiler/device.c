@@ -5,8 +5,8 @@
  *
  * Required: name, memory, peak_tflops (with at least "f32", the fallback for
  * every dtype the datasheet does not list), hbm_gbps, h2d_gbps, d2h_gbps.
- * Optional: reserve (0), launch_us (0), host_memory (0: no pinned-host limit
- * given), runtime_bytes (0: what libration's backend keeps on the device for
+ * Optional: reserve (0), launch_us (0), host_memory (the bound on a plan's
+ * host arena, plan_fits; 0: no limit given), runtime_bytes (0: what libration's backend keeps on the device for
  * the whole run, the CUDA backend's cuBLASLt workspace; planned as a
  * resident tensor, graph_add_runtime_tensor), source (datasheet provenance,
  * ignored). Other keys are ignored so that profiles can carry notes.

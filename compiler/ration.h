@@ -284,6 +284,9 @@ typedef struct Plan {
   int buffers_cap, steps_cap; /* allocation sizes of the two arrays */
 } Plan;
 
+/* Every buffer's offset in both arenas is a multiple of this. */
+#define PLAN_ALIGNMENT 256
+
 /* Steps and buffers a plan may hold: beyond it plan_add_* fail (sync and
  * the schedule tables count in int). */
 #define PLAN_MAX_ENTRIES (1 << 26)
@@ -437,8 +440,22 @@ int plan_ilp_pair_step(const Graph *g, const Device *d, int64_t budget, const De
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* A built plan's layout and simulation, filling predicted. */
 int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
-/* Runs a strategy end to end and checks the result against the budget. */
+/* Runs a strategy end to end and checks the result against the budget
+ * and the device's host_memory. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* Whether a laid-out plan fits: its arena within budget and its host arena
+ * within the device's host_memory (0: no limit). */
+bool plan_fits(const Plan *p, const Device *d, int64_t budget);
+/* The host arena bytes that offloading the tensors dec offloads needs at
+ * most: their sizes rounded up to the alignment, stacked (every offloaded
+ * tensor is on the host at the turn from forward to backward, so the
+ * layout is this less the top buffer's padding). */
+int64_t plan_host_bound(const Graph *g, const Decision *dec);
+/* Tensor t's part of that bound: its bytes rounded up to the alignment. */
+int64_t plan_host_share(const Graph *g, int t);
+/* The most host bytes plan_host_bound may reach on d so that the host
+ * arena fits its host_memory; INT64_MAX where there is no limit. */
+int64_t plan_host_limit(const Device *d);
 /* Keep-all peak live bytes of the graph (what every budget % refers to). */
 int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
 

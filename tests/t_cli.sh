@@ -1,6 +1,7 @@
 # t_cli.sh - `ration COMMAND --help` prints that command's usage on stdout
 # and exits 0; --device NAME finds a profile from any directory: in
-# $RATION_DEVICES first, then the installed profiles, then ./budgets.
+# $RATION_DEVICES first, then the installed profiles, then ./budgets; a
+# plan over the device's host_memory is refused in one line, exit 2.
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 R=$(cd "$(dirname "$RATION")" && pwd)/$(basename "$RATION")
@@ -29,6 +30,12 @@ if printf '%s' "$out" | grep -q "device shadowed"; then ok "\$RATION_DEVICES com
 else fail "\$RATION_DEVICES comes before ./budgets" "$out"; fi
 out=$($R info "$G" --device cpu)
 if printf '%s' "$out" | grep -q "(budgets/cpu.json)"; then ok "./budgets last"; else fail "./budgets last" "$out"; fi
+sed 's/"host_memory": *"[^"]*"/"host_memory": "3MiB"/' budgets/h100-sxm-80g.json >"$tmp/small-host.json"
+expect_fail "offload-all over host_memory: one line naming host_memory and the host bytes, exit 2" \
+  "strategy offload-all needs a host arena of 18489344 bytes (17.63 MiB) but h100-sxm-80g's host_memory is 3145728 bytes" \
+  $R plan models/gpt2-tiny.json --device "$tmp/small-host.json" --strategy offload-all -o "$tmp/host"
+if [ -z "$(ls "$tmp" | grep '^host')" ]; then ok "offload-all over host_memory: nothing written"
+else fail "offload-all over host_memory: nothing written" "$(ls "$tmp")"; fi
 cd "$tmp/elsewhere"
 expect_fail "an unknown profile, in another directory: where it was looked for" \
   'no file "nope" and no profile nope.json in $RATION_DEVICES' $R info "$G" --device nope
