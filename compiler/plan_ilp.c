@@ -2153,7 +2153,7 @@ static void remove_dominated(Ilp *md) {
 /* Host memory (docs/PLANNING.md, "Host memory"), like remove_dominated
  * added before the solve only: the offloaded tensors' aligned bytes are at
  * most plan_host_limit, one row, and a tensor that alone exceeds it is
- * never offloaded. Every vector the search returns is checked against it
+ * never offloaded (every tensor, on a unified_memory device). Every vector the search returns is checked against it
  * too (admissible). */
 static void limit_host(Ilp *md) {
   const Graph *g = md->g;
@@ -2685,6 +2685,13 @@ static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Deci
   return ok;
 }
 
+/* Whether the changes by the simulator below may move t to dec: an
+ * offload only where the model has one (limit_host; never on a
+ * unified_memory device, where a layout's luck could otherwise buy one). */
+static bool may_take(const Graph *g, const Device *d, int t, int dec) {
+  return dec != DEC_OFFLOAD || plan_host_share(g, t) <= plan_host_limit(d);
+}
+
 /* The memory-minimizing solve minimizes peak live bytes; the arena adds
  * fragmentation. On small graphs, single changes that lower the arena may
  * still reach the budget. Returns the smallest arena reached. */
@@ -2696,7 +2703,7 @@ static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Dec
       int t = g->stashed[i];
       Decision was = dec[t];
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was) continue;
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
         Err e;
         Plan *p = plan_from_decisions(g, d, dec, &e);
@@ -2718,7 +2725,7 @@ static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *de
       int t = g->stashed[i];
       Decision was = dec[t];
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was) continue;
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
         double st;
         if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
@@ -2731,7 +2738,7 @@ static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *de
         Decision wt = dec[t], wu = dec[u];
         for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++)
           for (int b = DEC_KEEP; b <= DEC_OFFLOAD && !moved; b++) {
-            if (a == (int)wt || b == (int)wu) continue;
+            if (a == (int)wt || b == (int)wu || !may_take(g, d, t, a) || !may_take(g, d, u, b)) continue;
             dec[t] = (Decision)a, dec[u] = (Decision)b;
             double st;
             if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;

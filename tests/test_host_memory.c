@@ -4,7 +4,9 @@
  * more than host_memory, it still plans the budget within it (offloading
  * less, re-running more) and the laid-out host arena is exactly what its
  * offloads stack to; a strategy whose offloads cannot fit fails with one
- * line naming host_memory and the host bytes it needs.
+ * line naming host_memory and the host bytes it needs. On a device whose
+ * host is the same memory (unified_memory: the cpu profile) the budget
+ * counts both arenas, so the ilp never offloads: it re-runs instead.
  */
 #include "ration.h"
 #include "test.h"
@@ -14,6 +16,66 @@
 static Plan *make(const Graph *g, const Device *d, const char *name, int64_t budget, Err *e) {
   PlanOptions o = {.strategy = name, .solver = "glpk", .budget_bytes = budget, .quiet = true};
   return plan_make(g, d, &o, e);
+}
+
+static int count_of(const Graph *g, const Plan *p, Decision which) {
+  int n = 0;
+  for (int i = 0; i < g->nstashed; i++) n += p->decisions[g->stashed[i]] == which;
+  return n;
+}
+
+/* The cpu profile: unified memory. */
+static void check_unified(const Graph *g) {
+  Err e;
+  Device *d = device_load("budgets/cpu.json", &e);
+  T_CASE("cpu profile: unified_memory") T_CHECKF(d && d->unified_memory, "%s", d ? "false" : e.msg);
+  if (!d) return;
+  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true};
+  char note[256];
+  int64_t k = plan_keep_all_peak(g, d, &e), m = plan_ilp_min_budget(g, d, &o, note, &e);
+  T_CASE("cpu: the smallest budget is met by re-runs alone, above what offloads into the same memory would claim") {
+    d->unified_memory = false;
+    int64_t split = plan_ilp_min_budget(g, d, &o, note, &e);
+    d->unified_memory = true;
+    T_CHECKF(m > 0 && split > 0 && m > split && m < k, "unified %lld, split %lld, keep-all %lld", (long long)m,
+             (long long)split, (long long)k);
+  }
+  T_CASE("cpu: the ilp offloads nothing from the smallest budget to keep-all; between them it re-runs") {
+    static const int eighths[] = {0, 2, 5, 8};
+    for (int i = 0; i < 4 && m > 0; i++) {
+      int f = eighths[i];
+      int64_t budget = m + (k - m) * f / 8;
+      Plan *p = make(g, d, "ilp", budget, &e);
+      T_CHECKF(p != NULL, "at %lld: %s", (long long)budget, e.msg);
+      if (!p) continue;
+      Err ce;
+      T_CHECKF(sim_check(p, g, &ce) == 0, "%s", ce.msg);
+      T_CHECKF(count_of(g, p, DEC_OFFLOAD) == 0 && p->host_bytes == 0, "at %lld: %d offloads, host %lld", (long long)budget,
+               count_of(g, p, DEC_OFFLOAD), (long long)p->host_bytes);
+      T_CHECK(p->arena_bytes + p->host_bytes <= budget);
+      if (f < 8) T_CHECKF(count_of(g, p, DEC_RECOMPUTE) > 0, "at %lld: no re-run", (long long)budget);
+      plan_free(p);
+    }
+  }
+  T_CASE("cpu: offload-all's budget counts both arenas") {
+    Plan *all = make(g, d, "offload-all", INT64_MAX / 4, &e);
+    T_CHECKF(all && all->host_bytes > 0, "%s", all ? "no host bytes" : e.msg);
+    if (all) {
+      int64_t both = all->arena_bytes + all->host_bytes;
+      Err fe = {{0}};
+      Plan *over = make(g, d, "offload-all", both - 1, &fe), *fits = make(g, d, "offload-all", both, &e);
+      char want[200];
+      snprintf(want, sizeof want, "needs an arena of %lld bytes and a host arena of %lld bytes in the same memory",
+               (long long)all->arena_bytes, (long long)all->host_bytes);
+      T_CHECKF(!over && strstr(fe.msg, want) && strstr(fe.msg, "unified_memory") && !strchr(fe.msg, '\n'), "%s", fe.msg);
+      T_CHECKF(fits && fits->arena_bytes == all->arena_bytes && fits->host_bytes == all->host_bytes, "%s",
+               fits ? "another plan" : e.msg);
+      plan_free(over);
+      plan_free(fits);
+    }
+    plan_free(all);
+  }
+  device_free(d);
 }
 
 static int64_t offloaded_bytes(const Graph *g, const Plan *p) {
@@ -94,6 +156,11 @@ int main(void) {
   }
   plan_free(free_host);
   device_free(d);
+  graph_free(g);
+  /* The cpu profile has no runtime_bytes: the graph as it is. */
+  g = graph_load("models/gpt2-tiny.json", &e);
+  T_CASE("cpu: graph") T_CHECKF(g != NULL, "%s", e.msg);
+  if (g) check_unified(g);
   graph_free(g);
   T_DONE();
 }
