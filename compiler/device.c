@@ -5,10 +5,12 @@
  *
  * Required: name, memory, peak_tflops (with at least "f32", the fallback for
  * every dtype the datasheet does not list), hbm_gbps, h2d_gbps, d2h_gbps.
- * Optional: reserve (0), launch_us (0), host_memory (0: no pinned-host limit
- * given), runtime_bytes (0: what libration's backend keeps on the device for
+ * Optional: reserve (0), launch_us (0), host_memory (the bound on a plan's
+ * host arena, plan_fits; 0: no limit given), runtime_bytes (0: what libration's backend keeps on the device for
  * the whole run, the CUDA backend's cuBLASLt workspace; planned as a
- * resident tensor, graph_add_runtime_tensor), source (datasheet provenance,
+ * resident tensor, graph_add_runtime_tensor), unified_memory (false: true
+ * where device and host are the same memory, so the budget counts both
+ * arenas, plan_fits), source (datasheet provenance,
  * ignored). Other keys are ignored so that profiles can carry notes.
  */
 #include "ration.h"
@@ -58,6 +60,9 @@ static int parse_device(Device *d, const char *file, const cJSON *root, Err *e) 
   }
   if (opt_size(file, root, "host_memory", &d->host_memory, e)) return -1;
   if (opt_size(file, root, "runtime_bytes", &d->runtime_bytes, e)) return -1;
+  JsonPath pu = {NULL, "unified_memory", 0};
+  const cJSON *unified = json_get(root, "unified_memory");
+  if (unified && json_bool(file, &pu, unified, &d->unified_memory, e)) return -1;
   if (d->runtime_bytes >= d->memory - d->reserve) {
     JsonPath pr = {NULL, "runtime_bytes", 0};
     return json_err(e, file, &pr, "runtime_bytes (%lld bytes) must be less than memory less reserve (%lld bytes)",

@@ -99,7 +99,10 @@ int info_report(const Graph *g, const Device *d, Buf *out, Err *e) {
     }
     char h[32];
     buf_printf(out, "device %s (%s): memory %s", d->name, d->path ? d->path : "", util_fmt_bytes(d->memory, h, sizeof h));
-    buf_printf(out, ", budget %s\n", util_fmt_bytes(d->memory - d->reserve, h, sizeof h));
+    buf_printf(out, ", budget %s", util_fmt_bytes(d->memory - d->reserve, h, sizeof h));
+    if (d->unified_memory) buf_printf(out, ", host memory the same (unified_memory)");
+    else if (d->host_memory > 0) buf_printf(out, ", host memory %s", util_fmt_bytes(d->host_memory, h, sizeof h));
+    buf_printf(out, "\n");
     buf_printf(out, "  compute time %.6g s:", total);
     for (int p = 0; p < PHASE_COUNT; p++) buf_printf(out, " %s %.6g s", graph_phase_name((Phase)p), by[p]);
     buf_printf(out, "\n");

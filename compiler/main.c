@@ -234,10 +234,11 @@ static int cmd_plan(int argc, char **argv) {
   }
   if (emit_c_write(p, g, out, also, timeline ? 2 : 1, &e)) die(&e);
   buf_free(&svg);
-  char b1[32], b2[32], b3[32];
-  say(stdout, "%s: %s on %s, budget %s: peak live %s, arena %s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
+  char b1[32], b2[32], b3[32], b4[32], host[48] = "";
+  if (p->host_bytes > 0) snprintf(host, sizeof host, ", host %s", util_fmt_bytes(p->host_bytes, b4, sizeof b4));
+  say(stdout, "%s: %s on %s, budget %s: peak live %s, arena %s%s, step %.6f s (compute %.6f, recompute %.6f, stall %.6f)\n",
          path, p->strategy, p->device, util_fmt_bytes(p->budget_bytes, b1, sizeof b1),
-         util_fmt_bytes(p->predicted.peak_live_bytes, b2, sizeof b2), util_fmt_bytes(p->arena_bytes, b3, sizeof b3),
+         util_fmt_bytes(p->predicted.peak_live_bytes, b2, sizeof b2), util_fmt_bytes(p->arena_bytes, b3, sizeof b3), host,
          p->predicted.step_seconds, p->predicted.compute_seconds, p->predicted.recompute_seconds,
          p->predicted.stall_seconds);
   buf_free(&json);

@@ -21,7 +21,7 @@ Plan *plan_new(const Graph *g) {
   for (int t = 0; t < g->ntensors; t++) p->decisions[t] = DEC_NONE;
   snprintf(p->graph_name, sizeof p->graph_name, "%s", g->name);
   memcpy(p->graph_sha256, g->sha256, sizeof p->graph_sha256);
-  p->alignment = 256;
+  p->alignment = PLAN_ALIGNMENT;
   snprintf(p->solver.name, sizeof p->solver.name, "none");
   snprintf(p->solver.status, sizeof p->solver.status, "not_used");
   return p;
@@ -141,6 +141,34 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e) {
   return peak;
 }
 
+/* The bytes the budget counts: the arena, and the host arena too where it
+ * is the same memory. */
+static int64_t budgeted_bytes(const Plan *p, const Device *d) {
+  return d->unified_memory ? p->arena_bytes + p->host_bytes : p->arena_bytes;
+}
+
+bool plan_fits(const Plan *p, const Device *d, int64_t budget) {
+  return budgeted_bytes(p, d) <= budget && (d->host_memory <= 0 || p->host_bytes <= d->host_memory);
+}
+
+int64_t plan_host_share(const Graph *g, int t) {
+  return (g->tensors[t].bytes + PLAN_ALIGNMENT - 1) / PLAN_ALIGNMENT * PLAN_ALIGNMENT;
+}
+
+int64_t plan_host_bound(const Graph *g, const Decision *dec) {
+  int64_t sum = 0;
+  for (int i = 0; i < g->nstashed; i++)
+    if (dec[g->stashed[i]] == DEC_OFFLOAD) sum += plan_host_share(g, g->stashed[i]);
+  return sum;
+}
+
+/* The top buffer's end rounded up to the alignment is the bound, so a
+ * host_memory that is a multiple of it is met exactly. */
+int64_t plan_host_limit(const Device *d) {
+  if (d->unified_memory) return 0;
+  return d->host_memory <= 0 ? INT64_MAX : d->host_memory / PLAN_ALIGNMENT * PLAN_ALIGNMENT;
+}
+
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   const PlanStrategy *s = plan_find_strategy(o->strategy);
   if (!s) {
@@ -171,6 +199,26 @@ Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
                " bytes) but the budget is %" PRId64 " bytes (%s)",
             g->path, s->name, p->arena_bytes, util_fmt_bytes(p->arena_bytes, b1, sizeof b1),
             p->predicted.peak_live_bytes, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b2, sizeof b2));
+    plan_free(p);
+    return NULL;
+  }
+  if (budgeted_bytes(p, d) > o->budget_bytes) {
+    char b1[32], b2[32];
+    int64_t both = budgeted_bytes(p, d);
+    err_set(e, "%s: strategy %s needs an arena of %" PRId64 " bytes and a host arena of %" PRId64
+               " bytes in the same memory (%s has unified_memory), %" PRId64 " bytes (%s), but the budget is %" PRId64
+               " bytes (%s)",
+            g->path, s->name, p->arena_bytes, p->host_bytes, d->name, both, util_fmt_bytes(both, b1, sizeof b1),
+            o->budget_bytes, util_fmt_bytes(o->budget_bytes, b2, sizeof b2));
+    plan_free(p);
+    return NULL;
+  }
+  if (!plan_fits(p, d, o->budget_bytes)) {
+    char b1[32], b2[32];
+    err_set(e, "%s: strategy %s needs a host arena of %" PRId64 " bytes (%s) but %s's host_memory is %" PRId64
+               " bytes (%s)",
+            g->path, s->name, p->host_bytes, util_fmt_bytes(p->host_bytes, b1, sizeof b1), d->name, d->host_memory,
+            util_fmt_bytes(d->host_memory, b2, sizeof b2));
     plan_free(p);
     return NULL;
   }

@@ -170,6 +170,7 @@ typedef struct Ilp {
   Lin *ors; /* ... an OR's terms (cap: nors) */
   int nors;
   Row up;   /* ... and a re-run's upper row */
+  int64_t host_limit; /* plan_host_bound of a returned vector is at most this (limit_host) */
   bool failed;
 } Ilp;
 
@@ -1669,6 +1670,7 @@ static int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, b
   md->g = g;
   md->d = d;
   md->min_memory = min_memory;
+  md->host_limit = INT64_MAX;
   int n = g->ntensors;
   md->colK = util_xcalloc((size_t)n + 1, sizeof(int));
   md->colR = util_xcalloc((size_t)n + 1, sizeof(int));
@@ -1887,10 +1889,16 @@ static void add_exclusions(Ilp *md) {
   free(cols), free(vals);
 }
 
+static bool host_fits(const Ilp *md, const Decision *dec) { return plan_host_bound(md->g, dec) <= md->host_limit; }
+
+/* A vector the model may return whatever its peak: not excluded, and its
+ * offloads within host memory. */
+static bool admissible(const Ilp *md, const Decision *dec) { return !is_excluded(md, dec) && host_fits(md, dec); }
+
 /* Keeps the better of best and an evaluated decision vector (by model
- * objective among those within the memory limit). */
+ * objective among the admissible ones within the memory limit). */
 static void offer(const Ilp *md, Candidate *best, const Decision *dec, int64_t peak, double obj, int64_t limit) {
-  if (peak > limit || (best->ok && obj >= best->objective - 1e-9) || is_excluded(md, dec)) return;
+  if (peak > limit || (best->ok && obj >= best->objective - 1e-9) || !admissible(md, dec)) return;
   memcpy(best->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
   best->objective = obj;
   best->peak = peak;
@@ -1967,6 +1975,10 @@ static void pay_for(const Ilp *md, Decision *cur, const Move *gainer, const Move
       int t = pay[b].t;
       if (t == gainer->t || cur[t] != DEC_KEEP || tried[pay[b].to] == ILP_PAYERS / 2) continue;
       cur[t] = pay[b].to;
+      if (!host_fits(md, cur)) {
+        cur[t] = DEC_KEEP;
+        continue;
+      }
       tried[pay[b].to]++;
       int64_t pk;
       (*evals)--;
@@ -2138,6 +2150,34 @@ static void remove_dominated(Ilp *md) {
   }
 }
 
+/* Host memory (docs/PLANNING.md, "Host memory"), like remove_dominated
+ * added before the solve only: the offloaded tensors' aligned bytes are at
+ * most plan_host_limit, one row, and a tensor that alone exceeds it is
+ * never offloaded (every tensor, on a unified_memory device). Every vector the search returns is checked against it
+ * too (admissible). */
+static void limit_host(Ilp *md) {
+  const Graph *g = md->g;
+  md->host_limit = plan_host_limit(md->d);
+  if (md->host_limit == INT64_MAX) return;
+  int *cols = util_xcalloc((size_t)g->nstashed + 1, sizeof(int));
+  double *vals = util_xcalloc((size_t)g->nstashed + 1, sizeof(double));
+  if (!cols || !vals) {
+    md->failed = true;
+    free(cols), free(vals);
+    return;
+  }
+  int n = 0;
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    if (!offload_allowed(md, t)) continue;
+    int64_t bytes = plan_host_share(g, t);
+    if (bytes > md->host_limit) md->m.col_ub[md->colO[t]] = 0;
+    else cols[n] = md->colO[t], vals[n++] = (double)bytes / ILP_UNIT;
+  }
+  if (n && milp_add_row(&md->m, -HUGE_VAL, (double)md->host_limit / ILP_UNIT, n, cols, vals) < 0) md->failed = true;
+  free(cols), free(vals);
+}
+
 /* Offloads the model forbids (remove_dominated) become keeps. */
 static void keep_forbidden_offloads(const Ilp *md, Decision *dec) {
   for (int i = 0; i < md->g->nstashed; i++) {
@@ -2185,12 +2225,29 @@ typedef struct Polish {
   Candidate searched; /* what search_x ended at, when ok */
 } Polish;
 
+/* Decisions rounded from a point whose offloads overflow host memory: the
+ * offloads the point takes least become re-runs (which free the same
+ * device bytes) until the rest fit. */
+static void fit_host(const Ilp *md, const double *cols, Decision *dec) {
+  const Graph *g = md->g;
+  while (!host_fits(md, dec)) {
+    int pick = -1;
+    for (int i = 0; i < g->nstashed; i++) {
+      int t = g->stashed[i];
+      if (dec[t] == DEC_OFFLOAD && md->colO[t] >= 0 && (pick < 0 || cols[md->colO[t]] < cols[md->colO[pick]])) pick = t;
+    }
+    if (pick < 0) return;
+    dec[pick] = DEC_RECOMPUTE;
+  }
+}
+
 /* Decisions rounded from a fractional point whose peak is over the limit:
  * the tensors the point keeps least go, one at a time, to the choice it
  * prefers after keep, while that lowers the peak, until it fits. One
  * evaluation per tensor at most, in the point's own order. */
 static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t limit, double *x) {
   const Graph *g = md->g;
+  fit_host(md, cols, dec);
   int64_t peak;
   if (ilp_eval(md, dec, x, &peak) || peak <= limit) return;
   int *order = util_xcalloc((size_t)g->nstashed + 1, sizeof(int)), n = 0;
@@ -2206,6 +2263,7 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   for (int i = 0; i < n && peak > limit; i++) {
     int t = order[i];
     dec[t] = offload_allowed(md, t) && cols[md->colO[t]] > cols[md->colR[t]] ? DEC_OFFLOAD : DEC_RECOMPUTE;
+    if (!host_fits(md, dec)) dec[t] = DEC_RECOMPUTE;
     int64_t pk;
     if (ilp_eval(md, dec, x, &pk) == 0 && pk < peak) peak = pk;
     else dec[t] = DEC_KEEP;
@@ -2269,7 +2327,7 @@ static bool pairs(const Ilp *md, Candidate *best, const double *point, int64_t l
         int64_t pk;
         double obj;
         (*evals)--;
-        if (ilp_eval(md, cur, x, &pk) == 0 && pk <= limit && (obj = objective_of(md, x)) < top - 1e-9 && !is_excluded(md, cur))
+        if (ilp_eval(md, cur, x, &pk) == 0 && pk <= limit && (obj = objective_of(md, x)) < top - 1e-9 && admissible(md, cur))
           top = obj, pi = i, pj = j;
         cur[d[j].t] = best->dec[d[j].t];
       }
@@ -2415,10 +2473,11 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   md.nexcluded = nexcluded;
   add_exclusions(&md);
   remove_dominated(&md);
+  limit_host(&md);
   x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   searched = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
-  if (!x || !tmp || !searched) {
+  if (!x || !tmp || !searched || md.failed || md.m.failed) {
     err_set(e, "%s: out of memory", g->path);
     goto out;
   }
@@ -2620,10 +2679,17 @@ static double compute_us(const Graph *g, const Device *d) {
 static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
   Err e;
   Plan *p = plan_from_decisions(g, d, dec, &e);
-  bool ok = p && p->arena_bytes <= budget;
+  bool ok = p && plan_fits(p, d, budget);
   if (ok) *step = p->predicted.step_seconds;
   plan_free(p);
   return ok;
+}
+
+/* Whether the changes by the simulator below may move t to dec: an
+ * offload only where the model has one (limit_host; never on a
+ * unified_memory device, where a layout's luck could otherwise buy one). */
+static bool may_take(const Graph *g, const Device *d, int t, int dec) {
+  return dec != DEC_OFFLOAD || plan_host_share(g, t) <= plan_host_limit(d);
 }
 
 /* The memory-minimizing solve minimizes peak live bytes; the arena adds
@@ -2637,11 +2703,11 @@ static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Dec
       int t = g->stashed[i];
       Decision was = dec[t];
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was) continue;
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
         Err e;
         Plan *p = plan_from_decisions(g, d, dec, &e);
-        if (p && p->arena_bytes < arena) arena = p->arena_bytes, moved = true;
+        if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) arena = p->arena_bytes, moved = true;
         else dec[t] = was;
         plan_free(p);
       }
@@ -2659,7 +2725,7 @@ static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *de
       int t = g->stashed[i];
       Decision was = dec[t];
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was) continue;
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
         double st;
         if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
@@ -2672,7 +2738,7 @@ static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *de
         Decision wt = dec[t], wu = dec[u];
         for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++)
           for (int b = DEC_KEEP; b <= DEC_OFFLOAD && !moved; b++) {
-            if (a == (int)wt || b == (int)wu) continue;
+            if (a == (int)wt || b == (int)wu || !may_take(g, d, t, a) || !may_take(g, d, u, b)) continue;
             dec[t] = (Decision)a, dec[u] = (Decision)b;
             double st;
             if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
@@ -2913,6 +2979,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       if (!p) goto out;
       int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
       double step = p->predicted.step_seconds;
+      bool fits = plan_fits(p, d, o->budget_bytes);
       plan_free(p);
       if (k->peak >= 0 && peak != k->peak) {
         err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
@@ -2920,7 +2987,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
         goto out;
       }
       if (i < 0) c_arena = arena, c_step = step;
-      if (arena <= o->budget_bytes && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
+      if (fits && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
     }
     if (pick || !picked) *si = rsi;
     /* Small graphs: the answer's own neighbours with a smaller arena. */

@@ -209,6 +209,9 @@ typedef struct Device {
   char *name;
   int64_t memory, reserve, host_memory;
   int64_t runtime_bytes; /* what the runtime keeps on the device beside the plan's tensors */
+  /* Device and host are the same memory (the CPU backend's two arenas are
+   * one RAM): the budget counts both arenas, and an offload saves nothing. */
+  bool unified_memory;
   double peak_tflops[DT_COUNT]; /* 0 where the datasheet gives nothing */
   double hbm_gbps, h2d_gbps, d2h_gbps, launch_us;
   /* The share of a copy's time the compute stream loses when it issues the
@@ -283,6 +286,9 @@ typedef struct Plan {
   Step *steps;
   int buffers_cap, steps_cap; /* allocation sizes of the two arrays */
 } Plan;
+
+/* Every buffer's offset in both arenas is a multiple of this. */
+#define PLAN_ALIGNMENT 256
 
 /* Steps and buffers a plan may hold: beyond it plan_add_* fail (sync and
  * the schedule tables count in int). */
@@ -437,8 +443,24 @@ int plan_ilp_pair_step(const Graph *g, const Device *d, int64_t budget, const De
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* A built plan's layout and simulation, filling predicted. */
 int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
-/* Runs a strategy end to end and checks the result against the budget. */
+/* Runs a strategy end to end and checks the result against the budget
+ * and the device's host_memory. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* Whether a laid-out plan fits: its arena (with its host arena, on a
+ * unified_memory device) within budget and its host arena within the
+ * device's host_memory (0: no limit). */
+bool plan_fits(const Plan *p, const Device *d, int64_t budget);
+/* The host arena bytes that offloading the tensors dec offloads needs at
+ * most: their sizes rounded up to the alignment, stacked (every offloaded
+ * tensor is on the host at the turn from forward to backward, so the
+ * layout is this less the top buffer's padding). */
+int64_t plan_host_bound(const Graph *g, const Decision *dec);
+/* Tensor t's part of that bound: its bytes rounded up to the alignment. */
+int64_t plan_host_share(const Graph *g, int t);
+/* The most host bytes plan_host_bound may reach on d so that the host
+ * arena fits its host_memory; INT64_MAX where there is no limit, 0 on a
+ * unified_memory device (an offload moves bytes within the same memory). */
+int64_t plan_host_limit(const Device *d);
 /* Keep-all peak live bytes of the graph (what every budget % refers to). */
 int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
 

@@ -407,27 +407,28 @@ int report_md(const Report *r, Buf *o) {
     buf_printf(o, "\n![Memory timeline of the %s plan at point %d](timeline.svg)\n", r->timeline->strategy,
                r->timeline_point);
   buf_printf(o, "\n## The fastest plan at each budget\n\n"
-                "| f | budget | strategy | step time | slowdown | compute | recompute | stall | peak live | arena |\n"
-                "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+                "| f | budget | strategy | step time | slowdown | compute | recompute | stall | peak live | arena | host |\n"
+                "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int i = 0; i < r->npoints; i++) {
     char f[16];
     fraction_str(r, i, f, sizeof f);
     int b = report_best(r, i);
     if (b < 0) {
-      buf_printf(o, "| %s | %.2f %s | infeasible: no strategy has a plan | | | | | | | |\n", f,
+      buf_printf(o, "| %s | %.2f %s | infeasible: no strategy has a plan | | | | | | | | |\n", f,
                  (double)r->budgets[i] / u.bytes, u.name);
       continue;
     }
     const ReportCell *c = &r->cells[i * ns + b];
-    buf_printf(o, "| %s | %.2f %s | %s | %.3f ms | %+.2f%% | %.3f ms | %.3f ms | %.3f ms | %.2f %s | %.2f %s |\n", f,
-               (double)r->budgets[i] / u.bytes, u.name, r->strategies[b], ms(c->predicted.step_seconds),
+    buf_printf(o, "| %s | %.2f %s | %s | %.3f ms | %+.2f%% | %.3f ms | %.3f ms | %.3f ms | %.2f %s | %.2f %s | %.2f %s |\n",
+               f, (double)r->budgets[i] / u.bytes, u.name, r->strategies[b], ms(c->predicted.step_seconds),
                overhead_pct(r, c->predicted.step_seconds), ms(c->predicted.compute_seconds),
                ms(c->predicted.recompute_seconds), ms(c->predicted.stall_seconds),
-               (double)c->predicted.peak_live_bytes / u.bytes, u.name, (double)c->arena_bytes / u.bytes, u.name);
+               (double)c->predicted.peak_live_bytes / u.bytes, u.name, (double)c->arena_bytes / u.bytes, u.name,
+               (double)c->host_bytes / u.bytes, u.name);
   }
   buf_printf(o, "\n## Every strategy at every budget\n\n"
-                "| f | budget | strategy | step time | slowdown | peak live | arena | solver status | gap | solve s |\n"
-                "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|\n");
+                "| f | budget | strategy | step time | slowdown | peak live | arena | host | solver status | gap | solve s |\n"
+                "|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
   for (int i = 0; i < r->npoints; i++)
     for (int j = 0; j < ns; j++) {
       const ReportCell *c = &r->cells[i * ns + j];
@@ -435,15 +436,16 @@ int report_md(const Report *r, Buf *o) {
       fraction_str(r, i, f, sizeof f);
       buf_printf(o, "| %s | %.2f %s | %s | ", f, (double)r->budgets[i] / u.bytes, u.name, r->strategies[j]);
       if (!c->feasible) {
-        buf_printf(o, "infeasible | | | | ");
+        buf_printf(o, "infeasible | | | | | ");
         md_text(o, c->note);
         buf_printf(o, " | | %.3f |\n", c->seconds);
         continue;
       }
       gap_str(c, gap, sizeof gap);
-      buf_printf(o, "%.3f ms | %+.2f%% | %.2f %s | %.2f %s | %s | %s | %.3f |\n", ms(c->predicted.step_seconds),
+      buf_printf(o, "%.3f ms | %+.2f%% | %.2f %s | %.2f %s | %.2f %s | %s | %s | %.3f |\n", ms(c->predicted.step_seconds),
                  overhead_pct(r, c->predicted.step_seconds), (double)c->predicted.peak_live_bytes / u.bytes, u.name,
-                 (double)c->arena_bytes / u.bytes, u.name, c->solver.status, gap, c->seconds);
+                 (double)c->arena_bytes / u.bytes, u.name, (double)c->host_bytes / u.bytes, u.name, c->solver.status, gap,
+                 c->seconds);
     }
   buf_printf(o, "\nf is the point's place between the smallest plannable budget (0) and the keep-all peak (1). "
                 "Slowdown is against keep-all's step time. Solve s is the wall-clock time of planning that point; it "
@@ -517,7 +519,7 @@ int report_html(const Report *r, Buf *o) {
   }
   buf_printf(o, "</section>\n<section>\n<h2>4. Every strategy at every budget</h2>\n"
                 "<table class=\"all\">\n<thead><tr><th>f</th><th>budget</th><th class=\"s\">strategy</th>"
-                "<th>step time</th><th>slowdown</th><th>peak live</th><th>arena</th><th class=\"s\">solver status</th>"
+                "<th>step time</th><th>slowdown</th><th>peak live</th><th>arena</th><th>host</th><th class=\"s\">solver status</th>"
                 "<th>gap</th><th>solve s</th></tr></thead>\n<tbody>\n");
   for (int i = 0; i < r->npoints; i++) {
     int best = report_best(r, i);
@@ -529,17 +531,17 @@ int report_html(const Report *r, Buf *o) {
       buf_printf(o, "<tr class=\"%s%s%s\"><td>%s</td><td>%.2f %s</td><td class=\"s\">%s</td>", j == 0 ? "first" : "",
                  j == 0 && *cls ? " " : "", cls, f, (double)r->budgets[i] / u.bytes, u.name, r->strategies[j]);
       if (!c->feasible) {
-        buf_printf(o, "<td>infeasible</td><td colspan=\"5\" class=\"note\">");
+        buf_printf(o, "<td>infeasible</td><td colspan=\"6\" class=\"note\">");
         report_xml(o, c->note);
         buf_printf(o, "</td><td class=\"secs\">%.3f</td></tr>\n", c->seconds);
         continue;
       }
       gap_str(c, gap, sizeof gap);
-      buf_printf(o, "<td>%.3f ms</td><td>%+.2f%%</td><td>%.2f %s</td><td>%.2f %s</td><td class=\"s\">%s</td>"
-                    "<td>%s</td><td class=\"secs\">%.3f</td></tr>\n",
+      buf_printf(o, "<td>%.3f ms</td><td>%+.2f%%</td><td>%.2f %s</td><td>%.2f %s</td><td>%.2f %s</td>"
+                    "<td class=\"s\">%s</td><td>%s</td><td class=\"secs\">%.3f</td></tr>\n",
                  ms(c->predicted.step_seconds), overhead_pct(r, c->predicted.step_seconds),
                  (double)c->predicted.peak_live_bytes / u.bytes, u.name, (double)c->arena_bytes / u.bytes, u.name,
-                 c->solver.status, gap, c->seconds);
+                 (double)c->host_bytes / u.bytes, u.name, c->solver.status, gap, c->seconds);
     }
   }
   buf_printf(o, "</tbody>\n</table>\n<p class=\"note\">Bold: the fastest plan at that budget. f is the point's place "

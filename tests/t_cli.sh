@@ -1,6 +1,8 @@
 # t_cli.sh - `ration COMMAND --help` prints that command's usage on stdout
 # and exits 0; --device NAME finds a profile from any directory: in
-# $RATION_DEVICES first, then the installed profiles, then ./budgets.
+# $RATION_DEVICES first, then the installed profiles, then ./budgets; a
+# plan over the device's host_memory is refused in one line, exit 2; info
+# shows the device's host memory, a plan's summary its host bytes.
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 R=$(cd "$(dirname "$RATION")" && pwd)/$(basename "$RATION")
@@ -29,6 +31,21 @@ if printf '%s' "$out" | grep -q "device shadowed"; then ok "\$RATION_DEVICES com
 else fail "\$RATION_DEVICES comes before ./budgets" "$out"; fi
 out=$($R info "$G" --device cpu)
 if printf '%s' "$out" | grep -q "(budgets/cpu.json)"; then ok "./budgets last"; else fail "./budgets last" "$out"; fi
+sed 's/"host_memory": *"[^"]*"/"host_memory": "3MiB"/' budgets/h100-sxm-80g.json >"$tmp/small-host.json"
+expect_fail "offload-all over host_memory: one line naming host_memory and the host bytes, exit 2" \
+  "strategy offload-all needs a host arena of 18489344 bytes (17.63 MiB) but h100-sxm-80g's host_memory is 3145728 bytes" \
+  $R plan models/gpt2-tiny.json --device "$tmp/small-host.json" --strategy offload-all -o "$tmp/host"
+if [ -z "$(ls "$tmp" | grep '^host')" ]; then ok "offload-all over host_memory: nothing written"
+else fail "offload-all over host_memory: nothing written" "$(ls "$tmp")"; fi
+out=$($R info models/gpt2-tiny.json --device h100-sxm-80g; $R info models/gpt2-tiny.json --device cpu)
+if printf '%s' "$out" | grep -q "budget 79.00 GiB, host memory 512.00 GiB$" &&
+   printf '%s' "$out" | grep -q "budget 8.00 GiB, host memory the same (unified_memory)$"; then ok "info: the device's host memory"
+else fail "info: the device's host memory" "$out"; fi
+off=$($R plan models/gpt2-tiny.json --device h100-sxm-80g --strategy offload-all -o "$tmp/off")
+keep=$($R plan models/gpt2-tiny.json --device h100-sxm-80g --strategy keep-all -o "$tmp/keep")
+if printf '%s' "$off" | grep -q ", arena [0-9.]* MiB, host 17.63 MiB, step " && ! printf '%s' "$keep" | grep -q host &&
+   grep -q '"host_bytes": 18489344' "$tmp/off.plan.json"; then ok "plan: the summary shows host bytes when there are any"
+else fail "plan: the summary shows host bytes when there are any" "$off / $keep"; fi
 cd "$tmp/elsewhere"
 expect_fail "an unknown profile, in another directory: where it was looked for" \
   'no file "nope" and no profile nope.json in $RATION_DEVICES' $R info "$G" --device nope

@@ -6,8 +6,9 @@
 BUILD=${BUILD:-build/rel}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 case "$BUILD" in *san*) ok "no allocation on the step path: not measurable under ASan (note)"; t_done; exit 0;; esac
+# 200%: on the cpu profile (unified_memory) the budget counts the host arena too.
 strategy=keep-all; budget=200%
-case " $($RATION 2>&1 | sed -n 's/^strategies: //p') " in *" offload-all "*) strategy=offload-all; budget=60%;; esac
+case " $($RATION 2>&1 | sed -n 's/^strategies: //p') " in *" offload-all "*) strategy=offload-all;; esac
 wrap=-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
 if ! $RATION plan models/gpt2-tiny.json --device budgets/cpu.json --strategy $strategy --budget $budget \
        -o "$tmp/s" >"$tmp/log" 2>&1 ||

@@ -9,7 +9,10 @@
  *   - never beat the exhaustive optimum (a check on the enumeration and
  *     the simulator);
  * and the ilp strategy must match the exhaustive optimum's simulated step
- * time and be infeasible exactly when no plan of the family fits.
+ * time and be infeasible exactly when no plan of the family fits. On some
+ * graphs again with host memory for half of what offloading everything
+ * needs: a plan fits when its host arena fits too, for every strategy, and
+ * the ilp's optimum is the best of the plans that fit both.
  */
 #include "ration.h"
 #include "test.h"
@@ -91,7 +94,7 @@ static void gen_graph(Buf *b, unsigned seed, int nf, bool dag) {
 }
 
 typedef struct Outcome {
-  int64_t arena, peak;
+  int64_t arena, peak, host;
   double step;
   bool offloads;
 } Outcome;
@@ -113,7 +116,7 @@ static bool enumerate(const Graph *g, const Device *d, Outcome *out, long nplans
     }
     bool offloads = false;
     for (int s = 0; s < g->nstashed; s++) offloads |= dec[g->stashed[s]] == DEC_OFFLOAD;
-    out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->predicted.step_seconds, offloads};
+    out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->host_bytes, p->predicted.step_seconds, offloads};
     plan_free(p);
   }
   free(dec);
@@ -146,8 +149,8 @@ static void check_strategy(const Graph *g, const Device *d, const char *name, in
   if (p) {
     Err ce;
     T_CHECKF(sim_check(p, g, &ce) == 0, "%s on %s at %lld: %s", name, g->name, (long long)budget, ce.msg);
-    T_CHECKF(p->arena_bytes <= budget, "%s on %s: arena %lld over budget %lld", name, g->name,
-             (long long)p->arena_bytes, (long long)budget);
+    T_CHECKF(plan_fits(p, d, budget), "%s on %s: arena %lld over budget %lld or host %lld over %lld", name, g->name,
+             (long long)p->arena_bytes, (long long)budget, (long long)p->host_bytes, (long long)d->host_memory);
     T_CHECKF(best >= 0 && p->predicted.step_seconds >= best * (1 - 1e-9), "%s on %s at %lld: %.9g beats the optimum %.9g",
              name, g->name, (long long)budget, p->predicted.step_seconds, best);
     if (is_ilp && best_peak >= best * (1 - 1e-12))
@@ -173,7 +176,7 @@ static void check_strategy(const Graph *g, const Device *d, const char *name, in
   for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
   Err e2;
   Plan *q = s->decide(g, d, &o, dec, &si, &e2) == 0 ? plan_from_decisions(g, d, dec, &e2) : NULL;
-  T_CHECKF(q && q->arena_bytes > budget, "%s on %s at %lld: infeasible (%s) though its plan fits", name, g->name,
+  T_CHECKF(q && !plan_fits(q, d, budget), "%s on %s at %lld: infeasible (%s) though its plan fits", name, g->name,
            (long long)budget, e.msg);
   plan_free(q);
   free(dec);
@@ -210,7 +213,14 @@ static void check_exact(const Graph *g, const Device *d, int64_t budget, double 
   plan_free(p);
 }
 
-static void check_plans(const Graph *g, const Device *d) {
+/* Host bytes within the device's host_memory (0: no limit). */
+static bool host_ok(const Device *d, const Outcome *o) { return d->host_memory <= 0 || o->host <= d->host_memory; }
+
+/* half_host: the plans are judged on a device with host memory for half
+ * of the largest host arena of any plan (a multiple of the alignment). */
+static void check_plans(const Graph *g, const Device *dev, bool half_host) {
+  Device limited = *dev;
+  const Device *d = &limited;
   long nplans = 1;
   for (int s = 0; s < g->nstashed; s++) nplans *= 3;
   T_CHECK(g->nstashed >= 3 && g->nstashed <= 12);
@@ -221,20 +231,26 @@ static void check_plans(const Graph *g, const Device *d) {
     free(out);
     return;
   }
+  int64_t most_host = 0;
+  for (long c = 0; c < nplans; c++)
+    if (out[c].host > most_host) most_host = out[c].host;
+  if (half_host) limited.host_memory = most_host / 2 / PLAN_ALIGNMENT * PLAN_ALIGNMENT;
+  T_CHECK(!half_host || limited.host_memory > 0);
   int64_t min_arena = INT64_MAX, keep_all = out[0].arena; /* code 0 = all keep */
   for (long c = 0; c < nplans; c++)
-    if (out[c].arena < min_arena) min_arena = out[c].arena;
+    if (out[c].arena < min_arena && host_ok(d, &out[c])) min_arena = out[c].arena;
   int64_t budgets[] = {min_arena - 1, min_arena, min_arena + (keep_all - min_arena) / 4,
                        min_arena + (keep_all - min_arena) / 2, min_arena + 3 * (keep_all - min_arena) / 4,
                        keep_all - 1, keep_all};
   for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) {
     double best = -1;
     for (long c = 0; c < nplans; c++)
-      if (out[c].arena <= budgets[k] && (best < 0 || out[c].step < best)) best = out[c].step;
+      if (out[c].arena <= budgets[k] && host_ok(d, &out[c]) && (best < 0 || out[c].step < best)) best = out[c].step;
     T_CHECK((best >= 0) == (budgets[k] >= min_arena));
     double best_peak = -1;
     for (long c = 0; c < nplans; c++)
-      if (out[c].peak <= budgets[k] && (best_peak < 0 || out[c].step < best_peak)) best_peak = out[c].step;
+      if (out[c].peak <= budgets[k] && host_ok(d, &out[c]) && (best_peak < 0 || out[c].step < best_peak))
+        best_peak = out[c].step;
     for (size_t s = 0; s < NSTRAT; s++) check_strategy(g, d, strategies[s], budgets[k], best, best_peak);
     double best_remat = -1;
     for (long c = 0; c < nplans; c++)
@@ -249,21 +265,22 @@ static void check_plans(const Graph *g, const Device *d) {
   T_CHECKF(p && p->arena_bytes <= budgets[3] && sim_check(p, g, &e) == 0, "exact via plan_make on %s: %s", g->name,
            p ? "over budget or rejected" : e.msg);
   plan_free(p);
-  printf("  %d stashed, %ld plans, arena %lld..%lld\n", g->nstashed, nplans, (long long)min_arena,
-         (long long)keep_all);
+  printf("  %d stashed, %ld plans, arena %lld..%lld, host memory %lld\n", g->nstashed, nplans, (long long)min_arena,
+         (long long)keep_all, (long long)d->host_memory);
   free(out);
 }
 
-static void check_graph(const Device *d, unsigned seed, int nf, bool dag) {
+static void check_graph(const Device *d, unsigned seed, int nf, bool dag, bool half_host) {
   Buf b = {0};
   gen_graph(&b, seed, nf, dag);
   Err e;
   Graph *g = b.failed ? NULL : graph_parse("gen.json", b.data, b.len, &e);
-  char name[64];
-  snprintf(name, sizeof name, "%s seed %u: every plan of the family, every strategy", dag ? "dag" : "chain", seed);
+  char name[128];
+  snprintf(name, sizeof name, "%s seed %u: every plan of the family, every strategy%s", dag ? "dag" : "chain", seed,
+           half_host ? ", half the host memory" : "");
   T_CASE(name) {
     T_CHECKF(g != NULL, "%s", b.failed ? "out of memory" : e.msg);
-    if (g) check_plans(g, d);
+    if (g) check_plans(g, d, half_host);
   }
   graph_free(g);
   buf_free(&b);
@@ -300,7 +317,7 @@ static void check_model_remat(const Device *d, const char *family) {
     Plan *p = plan_from_decisions(g, d, dec, &e);
     T_CHECKF(p != NULL, "plan %ld: %s", code, e.msg);
     ok = p != NULL;
-    if (p) out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->predicted.step_seconds, false};
+    if (p) out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->host_bytes, p->predicted.step_seconds, false};
     plan_free(p);
   }
   if (ok) {
@@ -343,7 +360,10 @@ int main(void) {
     int nf;
     bool dag;
   } cases[] = {{1, 4, false}, {2, 6, false}, {3, 8, false}, {8, 5, true}, {9, 5, true}, {10, 5, true}, {11, 6, true}, {12, 6, true}, {6, 8, true}};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_graph(d, cases[i].seed, cases[i].nf, cases[i].dag);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_graph(d, cases[i].seed, cases[i].nf, cases[i].dag, false);
+  check_graph(d, 2, 6, false, true);
+  check_graph(d, 11, 6, true, true);
   T_CASE("llama, 1 layer: ilp against every keep/recompute plan") check_model_remat(d, "llama");
   printf("exact: %d solves, below the family's keep/recompute optimum in %d\n", exact_solves, exact_below);
   printf("ilp: %d checks, %d behind the optimum only where the layout (not the peak) decides what fits\n", ilp_checks,

@@ -267,6 +267,32 @@ int main(void) {
     buf_free(&md);
     report_free(&r);
   }
+  T_CASE("report.md and report.html show each plan's host bytes beside its arena") {
+    int64_t budgets[1] = {k};
+    ReportOptions o4 = {.budgets = budgets, .nbudgets = 1, .strategies = names, .nstrategies = nnames};
+    T_CHECKF(report_sweep(&r, g, d, &o4, &e) == 0, "%s", e.msg);
+    Buf html = {0}, md = {0};
+    T_CHECK(report_html(&r, &html) == 0 && report_md(&r, &md) == 0);
+    T_CHECK(strstr(md.data, "| arena | host | solver status |") && strstr(html.data, "<th>arena</th><th>host</th>"));
+    ReportUnit u = report_unit(k);
+    bool offloads = false;
+    for (int j = 0; j < r.nstrategies; j++) {
+      const ReportCell *c = &r.cells[j];
+      if (!c->feasible) continue;
+      offloads |= c->host_bytes > 0;
+      char want_md[128], want_html[160];
+      snprintf(want_md, sizeof want_md, "| %.2f %s | %.2f %s | %.2f %s | %s |", (double)c->predicted.peak_live_bytes / u.bytes,
+               u.name, (double)c->arena_bytes / u.bytes, u.name, (double)c->host_bytes / u.bytes, u.name, c->solver.status);
+      snprintf(want_html, sizeof want_html, "<td>%.2f %s</td><td>%.2f %s</td><td class=\"s\">%s</td>",
+               (double)c->arena_bytes / u.bytes, u.name, (double)c->host_bytes / u.bytes, u.name, c->solver.status);
+      T_CHECKF(strstr(html.data, want_html) != NULL, "%s: no %s", r.strategies[j], want_html);
+      T_CHECKF(strstr(md.data, want_md) != NULL, "%s: no %s", r.strategies[j], want_md);
+    }
+    T_CHECK(offloads);
+    buf_free(&html);
+    buf_free(&md);
+    report_free(&r);
+  }
   T_CASE("an unknown strategy is an error naming it") {
     const char *bad[1] = {"no-such"};
     ReportOptions o3 = {.strategies = bad, .nstrategies = 1};
