@@ -146,6 +146,14 @@ static int64_t parse_budget(const char *arg, const Graph *g, const Device *d, Er
   return -1;
 }
 
+/* --time-limit: a positive number of seconds. */
+static double parse_time_limit(const char *arg) {
+  char *end;
+  double v = strtod(arg, &end);
+  if (*end || !(v > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", arg);
+  return v;
+}
+
 static void dump_plan(const Plan *p, const Graph *g) {
   say(stderr, "== decisions\n");
   for (int i = 0; i < g->nstashed; i++)
@@ -180,9 +188,7 @@ static int cmd_plan(int argc, char **argv) {
       *val = argv[++i];
     } else if (!strcmp(a, "--time-limit")) {
       if (i + 1 >= argc) die_usage("%s needs a value", a);
-      char *end;
-      o.time_limit = strtod(argv[++i], &end);
-      if (*end || !(o.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i]);
+      o.time_limit = parse_time_limit(argv[++i]);
     } else if (!strcmp(a, "-d")) {
       dump = true;
     } else if (!strcmp(a, "--check")) {
@@ -389,13 +395,8 @@ static int cmd_fit(int argc, char **argv) {
     if (!val && !limit) die_usage(a[0] == '-' ? "fit: unknown option %s" : "fit: unexpected argument %s", a);
     if (i + 1 >= argc) die_usage("%s needs a value", a);
     n = 2;
-    if (val) {
-      *val = argv[i + 1];
-      continue;
-    }
-    char *end;
-    fo.plan.time_limit = strtod(argv[i + 1], &end);
-    if (*end || !(fo.plan.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i + 1]);
+    if (val) *val = argv[i + 1];
+    else fo.plan.time_limit = parse_time_limit(argv[i + 1]);
   }
   if (c.name) need_utf8_name(c.name);
   if (!device_name || !vary) die_usage("%s", "fit needs FAMILY, --device D and --vary batch|seq");
@@ -558,9 +559,7 @@ static int cmd_report(int argc, char **argv) {
       else *list = argv[++i];
     } else if (!strcmp(a, "--time-limit")) {
       if (i + 1 >= argc) die_usage("%s needs a value", a);
-      char *end;
-      ro.time_limit = strtod(argv[++i], &end);
-      if (*end || !(ro.time_limit > 0)) die_usage("--time-limit: \"%s\" is not a positive number of seconds", argv[i]);
+      ro.time_limit = parse_time_limit(argv[++i]);
     } else if (a[0] == '-') {
       die_usage("report: unknown option %s", a);
     } else if (!graph_path) {
