@@ -26,10 +26,12 @@ static const char *item_unit(const ModelConfig *c) {
   return c->family && !strcmp(c->family, "unet") ? "images" : "tokens";
 }
 
-static Graph *fit_graph(const ModelConfig *c, const Device *d, Err *e) {
+/* The family's graph at c; *refused when the model builder refused c. */
+static Graph *fit_graph(const ModelConfig *c, const Device *d, bool *refused, Err *e) {
   Buf json = {0};
   Graph *g = NULL;
-  if (model_build(c, &json, e) == 0) {
+  *refused = model_build(c, &json, e) != 0;
+  if (!*refused) {
     g = graph_parse(c->name ? c->name : c->family, json.data, json.len, e);
     if (g && graph_add_runtime_tensor(g, d->runtime_bytes, e)) {
       graph_free(g);
@@ -40,13 +42,15 @@ static Graph *fit_graph(const ModelConfig *c, const Device *d, Err *e) {
   return g;
 }
 
-/* One size: fills pt; a size that does not fit says why. */
-static void fit_point(const ModelConfig *base, const Device *d, const FitOptions *o, int value, FitPoint *pt) {
+/* One size: fills pt; a size that does not fit says why. False when the
+ * model builder refused the configuration at this size. */
+static bool fit_point(const ModelConfig *base, const Device *d, const FitOptions *o, int value, FitPoint *pt) {
   ModelConfig c = *base;
   *(o->vary_seq ? &c.seq : &c.batch) = value;
   *pt = (FitPoint){.value = value};
   Err why;
-  Graph *g = fit_graph(&c, d, &why);
+  bool refused;
+  Graph *g = fit_graph(&c, d, &refused, &why);
   Plan *keep = NULL, *p = NULL;
   PlanOptions ko = {.strategy = "keep-all", .budget_bytes = INT64_MAX, .quiet = true};
   if (g && (keep = plan_make(g, d, &ko, &why))) {
@@ -77,6 +81,7 @@ static void fit_point(const ModelConfig *base, const Device *d, const FitOptions
   plan_free(p);
   plan_free(keep);
   graph_free(g);
+  return !refused;
 }
 
 static int cmp_point(const void *a, const void *b) {
@@ -84,14 +89,16 @@ static int cmp_point(const void *a, const void *b) {
   return (x->value > y->value) - (x->value < y->value);
 }
 
-/* Evaluates k quanta, appending the point; -1 when out of memory. */
+/* Evaluates k quanta, appending the point; -1 when out of memory, or when
+ * the model refuses the search's first size: that is the user's own
+ * configuration, so its error is the flags', not a size too large. */
 static int fit_try(const ModelConfig *base, const Device *d, const FitOptions *o, int q, int k, FitResult *r,
                    bool *fits, Err *e) {
   FitPoint *more = realloc(r->points, (size_t)(r->npoints + 1) * sizeof *more);
   if (!more) return err_set(e, "fit: out of memory");
   r->points = more;
   FitPoint *pt = &r->points[r->npoints++];
-  fit_point(base, d, o, k * q, pt);
+  if (!fit_point(base, d, o, k * q, pt) && r->npoints == 1) return err_set(e, "%s", pt->why);
   if (!o->quiet) { /* on a terminal: the reason may quote a name */
     const char *what = pt->fits ? "fits" : pt->why;
     Buf line = {0};
@@ -106,12 +113,6 @@ static int fit_try(const ModelConfig *base, const Device *d, const FitOptions *o
 
 int fit_search(const ModelConfig *base, const Device *d, const FitOptions *o, FitResult *r, Err *e) {
   *r = (FitResult){.budget_bytes = o->budget_bytes, .best = -1, .unit = item_unit(base)};
-  /* The starting configuration must be a valid model: its errors are the
-   * user's flags, not a size that is too large. */
-  Buf probe = {0};
-  int bad = model_build(base, &probe, e);
-  buf_free(&probe);
-  if (bad) return -1;
   int q = fit_quantum(base, o->vary_seq);
   int start = o->vary_seq ? base->seq : base->batch;
   int k = start / q > 0 ? start / q : 1, lo = 0, hi = 0; /* lo fits, hi does not; 0: not yet known */
