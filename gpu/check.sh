@@ -31,7 +31,8 @@
 #   5 torch   the same step in PyTorch eager, plain and checkpointed
 #   6 summary one table of the numbers above, printed last
 # Everything lands in $OUT: summary.txt env.txt build.log kernels.txt
-# tiny.txt g124.txt torch.txt smi.csv.
+# tiny.txt g124.txt torch.txt smi.csv. The re-plan takes the device profile of
+# the card it finds (H100 or H200).
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -60,7 +61,15 @@ stage() {
   local st=$?
   [ $st -eq 124 ] && log "TIMEOUT $name after ${limit}s" || log "end $name: exit $st"
 }
-export OUT G B CUDA NVCC CC PY BACKEND JOBS
+# Schedules are planned by gpu-prep with the h100-sxm-80g profile; the
+# profile-guided re-plan uses the profile of the card this runs on (an H200's
+# memory is larger and faster), so its prediction is for this card.
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case $GPU_NAME in
+  *H200*) REPLAN_DEVICE=budgets/h200-141g.json ;;
+  *) REPLAN_DEVICE=budgets/h100-sxm-80g.json ;;
+esac
+export OUT G B CUDA NVCC CC PY BACKEND JOBS REPLAN_DEVICE
 
 # ---------------------------------------------------------------- 0 env
 {
@@ -172,7 +181,7 @@ g124() {
     n=g124-pgo
     $B/bin/step-g124-keep-all --steps 3 --profile "$R/g124.costs.json" | grep -E '^(error|measured)'
     [ -s "$R/g124.costs.json" ] && "$PY" gpu/op_times.py $G/g124v50304.json "$R/g124.costs.json"
-    if [ -s "$R/g124.costs.json" ] && $P plan $G/g124v50304.json --device budgets/h100-sxm-80g.json \
+    if [ -s "$R/g124.costs.json" ] && $P plan $G/g124v50304.json --device "$REPLAN_DEVICE" \
          --costs "$R/g124.costs.json" --budget "$(awk '$1=="plan_budget_bytes"{print $2}' "$R/g124-ilp.txt")" -o $G/$n; then
       D="-I$G -DSCHED_HEADER=\"$n.sched.h\" -DSCHED_ENTRY=ration_schedule_${n//-/_}"
       CUL="-L$CUDA/lib64 -Wl,-rpath,$CUDA/lib64 -lcublasLt -lcudart -l:libstdc++.so.6 -lm -lpthread"
@@ -199,6 +208,7 @@ torch_ref() {
 # ------------------------------------------------------------ 6 summary
 {
   echo
+  echo "== device: ${GPU_NAME:-none}; schedules planned with budgets/h100-sxm-80g.json, g124-pgo re-planned with $REPLAN_DEVICE"
   echo "== memory and time per schedule (bytes; ms)"
   printf '%-22s %12s %12s %12s %12s %12s %12s %10s %9s %9s %s\n' schedule plan_peak live_hwm arena rt_cudaMalloc \
     memget_delta canary_top smi_MiB plan_ms meas_ms result
