@@ -88,7 +88,9 @@ int info_report(const Graph *g, const Device *d, Buf *out, Err *e) {
   line_bytes(out, "keep-all", keep_all);
   line_bytes(out, "lower bound", resident + working);
   line_bytes(out, "  resident", resident);
-  snprintf(label, sizeof label, "  largest op (%s)", at_op >= 0 ? g->ops[at_op].name : "none");
+  const char *op = at_op >= 0 ? g->ops[at_op].name : "none";
+  int fit = (int)util_utf8_prefix(op, sizeof label - sizeof "  largest op ()");
+  snprintf(label, sizeof label, "  largest op (%.*s)", fit, op);
   line_bytes(out, label, working);
   if (d) {
     double by[PHASE_COUNT] = {0}, total = 0;

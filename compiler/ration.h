@@ -73,6 +73,9 @@ void util_csv_field(Buf *o, const char *s);
  * code point in *CP; 0 when S does not start one (RFC 3629: no overlong
  * forms, no surrogates, nothing past U+10FFFF, no sequence cut short). */
 size_t util_utf8_char(const char *s, size_t n, uint32_t *cp);
+/* The length of S's longest prefix of whole characters of at most MAX
+ * bytes: where a name is cut to fit, it is cut between characters. */
+size_t util_utf8_prefix(const char *s, size_t max);
 /* S as a terminal may show it, appended to OUT: escape sequences (ESC and
  * C1 introduced: CSI, OSC, DCS, ...) and other control characters (C0, DEL,
  * C1) removed, each byte that is not UTF-8 replaced by '?'. Newlines and

@@ -423,6 +423,18 @@ size_t util_utf8_char(const char *s, size_t n, uint32_t *cp) {
   return len;
 }
 
+size_t util_utf8_prefix(const char *s, size_t max) {
+  size_t i = 0, n = strlen(s);
+  while (i < n) {
+    uint32_t cp;
+    size_t len = util_utf8_char(s + i, n - i, &cp);
+    if (len == 0) len = 1; /* not UTF-8: one byte, which cannot split a character */
+    if (i + len > max) break;
+    i += len;
+  }
+  return i;
+}
+
 /* ECMA-48 sequences, each from just past its introducer (ESC X or the C1
  * character X + 0x40). A control sequence (CSI): parameter and intermediate
  * bytes, then one final byte. */

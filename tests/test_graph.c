@@ -194,6 +194,9 @@ static void derived(void) {
     T_CHECK(util_utf8_char("\xe0\x80\xaf", 3, &cp) == 0);     /* overlong */
     T_CHECK(util_utf8_char("\xed\xbf\xbf", 3, &cp) == 0);     /* a surrogate */
     T_CHECK(util_utf8_char("\xe2\x82\xac", 2, &cp) == 0);     /* cut short */
+    T_CHECK(util_utf8_prefix("ab\xe2\x82\xac", 4) == 2);       /* never inside the euro sign */
+    T_CHECK(util_utf8_prefix("ab\xe2\x82\xac", 5) == 5);
+    T_CHECK(util_utf8_prefix("abc", 2) == 2 && util_utf8_prefix("", 9) == 0);
     T_CHECK(util_utf8_char("\x80", 1, &cp) == 0);             /* a continuation byte first */
   }
   T_CASE("terminal text: escape sequences and control characters go, the rest stays") {
