@@ -37,7 +37,8 @@ DEPS_STAMP := build/.deps-ok
 BROWSER_PKGS := chromium fonts-dejavu-core
 BROWSER_STAMP := build/.browser-ok
 
-COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
+# The ilp strategy is a folder of its own (compiler/ilp/, one file per concern).
+COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c)) $(wildcard compiler/ilp/*.c)
 COMPILER_OBJ := $(COMPILER_SRC:%.c=$(BUILD)/%.o)
 RUNTIME_SRC  := $(wildcard runtime/*.c)
 RUNTIME_OBJ  := $(RUNTIME_SRC:%.c=$(BUILD)/%.o)

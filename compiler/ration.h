@@ -409,7 +409,7 @@ Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, So
  * retry): the optimum that the family's gap is measured against. */
 Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e);
 
-/* The ILP (plan_ilp.c): decide, its model's peak for any decision vector
+/* The ILP (compiler/ilp/): decide, its model's peak for any decision vector
  * (equal to the simulator's), and the smallest arena it can reach. */
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);

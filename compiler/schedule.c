@@ -3,7 +3,7 @@
  * (keep, recompute, offload) into the plan's steps and buffers. Every
  * strategy goes through here, so a plan is a function of its decisions and
  * any strategy that models memory models this one builder (docs/PLANNING.md
- * writes the family down; plan_ilp.c models it exactly).
+ * writes the family down; compiler/ilp/ models it exactly).
  *
  * First the dynamic positions are derived (plan_family_positions): walking
  * the non-forward ops in order, the forward ops that must be re-run in each

@@ -69,7 +69,7 @@ def stashed_bytes_by_ration(path):
 # (device, budget, strategy) per model: the baselines, and the ILP at budgets
 # below keep-all's peak. Llama's graph gets knapsack where the others get the
 # ILP: `ration plan` fails to build the ILP for it ("out of memory while
-# building the ILP": an expression over LIN_MAX terms in plan_ilp.c).
+# building the ILP": an expression over LIN_MAX terms in compiler/ilp/).
 BASELINES = (("cpu", None, "keep-all"), ("cpu", None, "sqrt-n"), ("cpu", None, "checkpoint-layers"),
              ("cpu", None, "offload-all"))
 PLANS = {

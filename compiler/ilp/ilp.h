@@ -1,0 +1,263 @@
+/*
+ * ilp.h - the `ilp` strategy's internals, shared by the files of
+ * compiler/ilp/ and by nothing else: the rest of the compiler calls the
+ * plan_decide_ilp and plan_ilp_* API of ration.h. One MILP over keep /
+ * recompute / offload per stashed tensor that models the schedule family
+ * of schedule.c exactly (docs/PLANNING.md derives every column and row).
+ * Memory is counted at every compute step of every possible schedule (the
+ * only steps where live bytes can rise), so the model's peak for any
+ * decision vector equals the simulator's to the byte; the objective is
+ * compute + recompute + an estimate of copy stalls.
+ *
+ * Columns: K/R/O per stashed tensor (binary, one-hot); Y[q][c] = "forward op
+ * q has been re-run by its c-th candidate op" (continuous, but pinned to 0/1
+ * by rows from both sides, so exact for integral decisions); W (trigger
+ * products in Y's upper rows); product columns (lower-bounded ANDs, exact
+ * at their minimum, which the memory rows prefer); M per step position (live
+ * bytes, a running sum) and, when minimizing memory, one peak column.
+ *
+ * One file per concern; this header's sections declare what each file
+ * gives the others:
+ *   model.c   the model's vocabulary (Lin, Row, Sig, Run), its structure
+ *             (consumers, candidates, positions), the columns, the re-run
+ *             rows, and building and freeing it
+ *   memory.c  the memory rows
+ *   stalls.c  the copy-stall rows and a decision vector's stalls
+ *   cuts.c    the c-MIR cuts of branch and bound
+ *   eval.c    a decision vector's columns, objective and peak
+ *   search.c  the heuristics judged by that evaluation
+ *   solve.c   the driver: plan_decide_ilp, the smallest budget
+ */
+#ifndef RATION_ILP_H
+#define RATION_ILP_H
+
+#include "ration.h"
+
+/* Columns of a Lin: a product's factor holds at most 2 (ilp_eq, ilp_at_or_after),
+ * an AND at most 3 factors, so an AND's row holds at most 1 + 3 x 2; the
+ * rows that grow with the graph (build_reruns' upper rows) are Rows. */
+#define LIN_MAX 8
+#define ILP_UNIT 1048576.0 /* memory rows in MiB */
+
+/* A tree that ends above it is followed by one with cuts (solve.c); the
+ * kicks go on while the plan is above it (search.c). */
+#define ILP_PROOF_GAP 0.01
+
+/* A small linear expression over columns with a constant. */
+typedef struct Lin {
+  int n;
+  int col[LIN_MAX];
+  double c[LIN_MAX];
+  double k;
+} Lin;
+
+typedef struct Event {
+  int pos, col; /* col -1: constant */
+  int64_t bytes;
+} Event;
+
+typedef struct Prod {
+  int col;
+  int nf;
+  int first; /* index into the model's factor pool */
+} Prod;
+
+/* A row of any length with a constant (grown by doubling). */
+typedef struct Row {
+  int n, cap;
+  int *col;
+  double *c;
+  double k;
+} Row;
+
+/* A live condition that is an OR of ANDs (of at most 3) 0/1 expressions,
+ * one AND per consumer of a tensor, so as many as the graph has (a
+ * conditioning tensor read by every block). Consecutive positions with the
+ * same condition share one column (Run), which keeps the model to one
+ * column per change of the condition, not per step. */
+typedef struct Sig {
+  int ng, cap;
+  int *nf;
+  Lin (*f)[3];
+} Sig;
+
+typedef struct Run {
+  Sig sig;
+  int p0;
+  bool open;
+} Run;
+
+typedef struct Window {
+  int stream, a, b0, b, col; /* copies issued at or after a, due from b0 to b, on top of the previous window's */
+  double cap;
+} Window;
+
+typedef struct Fifo {
+  int stream, i0, it, b; /* queue positions i0..it end with tensor fifo[it], due before/after op b */
+  double cap;
+} Fifo;
+
+typedef struct Ilp {
+  const Graph *g;
+  const Device *d;
+  MilpModel m;
+  bool min_memory;
+  int depth; /* pulls reach at most this many ops before an op's own need; <= 0: unbounded */
+  int *colK, *colR, *colO; /* per tensor, -1 */
+  int *cand_first, *cand_n; /* per op, into cand_t / ycol */
+  int *cand_t, *ycol, ncand;
+  int npos;
+  int *pos_op, *pos_q; /* q -1: the op's own compute step */
+  int *grp_first, *grp_comp; /* per op: first position and compute position */
+  int *cons_first, *cons_n, *cons; /* per tensor: forward ops reading it */
+  Event *ev;
+  int nev, cap_ev;
+  Prod *prod;
+  int nprod, cap_prod;
+  Lin *fac;
+  int nfac, cap_fac;
+  /* The factors packed for ilp_eval (a Lin is mostly empty slots): factor
+   * i is fac_k[i] + sum over fac_first[i] <= j < fac_first[i + 1] of
+   * fac_c[j] * x[fac_col[j]]. */
+  double *fac_k, *fac_c;
+  int *fac_first, *fac_col;
+  int *mcol; /* per position */
+  int *obj_cols, nobj_cols; /* the columns with an objective coefficient, for ilp_objective_of */
+  int peak_col;
+  int *col_q;        /* running stall sum per op (ilp_build_stalls) */
+  double *t_end;     /* compute end of each op without stalls */
+  int *wait_at, *issue_at; /* per offloadable tensor: its static copy points */
+  double *copy_us[2];
+  int *due_first[2], *due_list[2]; /* per op: offloadable tensors due there, per stream */
+  Window *win;
+  int nwin, cap_win;
+  int *win_first, *win_by_b; /* windows grouped by their end op */
+  int nfifo[2], *fifo[2];    /* offloadable tensors in each stream's queue order */
+  Fifo *frow;                /* queue rows (ilp_build_stalls) */
+  int nfrow, cap_frow, *frow_first, *frow_by_b;
+  int queue_rows[2]; /* the queue rows: [first, end) of the model's rows */
+  int queue_nnz;     /* ... and their nonzeros */
+  Decision *const *excluded; /* decision vectors the model must not return (no-good rows) */
+  int nexcluded;
+  Run run; /* scratch of the memory terms */
+  Sig sig;
+  Lin *ors; /* ... an OR's terms (cap: nors) */
+  int nors;
+  Row up;   /* ... and a re-run's upper row */
+  int64_t host_limit; /* plan_host_bound of a returned vector is at most this (limit_host) */
+  bool failed;
+} Ilp;
+
+/* What ilp_eval_stalls computes: the stall rows, the copy queues, or both. */
+enum { STALL_ROWS = 1, STALL_QUEUES = 2 };
+
+typedef struct Candidate {
+  Decision *dec;
+  double objective;
+  int64_t peak;
+  bool ok;
+} Candidate;
+
+/* Graphs up to this many ops get the full pull closure; larger ones a
+ * bounded depth (docs/PLANNING.md, "Scale"). */
+#define ILP_FULL_OPS 300
+#define ILP_DEPTH 24
+
+/* Starts within the budget and the hook's polished candidates, kept for
+ * the final choice by simulation (the model's best may simulate slower, or
+ * not fit by arena, where another one does). */
+#define ILP_POOL 16
+typedef struct Pool {
+  Candidate c[ILP_POOL];
+  int n;
+} Pool;
+
+/* The solver's hook for its own solutions and the LP's point (milp.c's
+ * polish): the decisions read from x (rounded two ways, each repaired to
+ * the limit where over it) are improved by the descent with exchanges,
+ * offered to the pool, and written back as the exact columns of the
+ * improved decisions. */
+typedef struct Polish {
+  const Ilp *md;
+  int64_t limit;
+  double *x; /* scratch, ncols */
+  long evals;
+  double deadline;
+  Candidate c;
+  bool exchanged; /* a candidate went through the exchanges */
+  Pool *pool;
+  Candidate searched; /* what ilp_search_x ended at, when ok */
+} Polish;
+
+/* ------------------------------------------------------------ model.c */
+
+/* The vocabulary the rows are written in, the structure they index, and
+ * the model as a whole. */
+Lin ilp_lin_const(double k);
+int ilp_new_col(Ilp *md, double lb, double ub, double obj, bool integer);
+bool ilp_push(void **arr, int n, int *cap, size_t elem);
+Lin ilp_var(Ilp *md, int col);
+void ilp_sig_add(Ilp *md, Sig *s, const Lin *f, int n);
+void ilp_run_flush(Ilp *md, Run *r, int p1, int64_t bytes);
+void ilp_run_step(Ilp *md, Run *r, const Sig *s, int p, int64_t bytes);
+int ilp_cand_le(const Ilp *md, int q, int j);
+Lin ilp_yle(Ilp *md, int q, int j);
+Lin ilp_eq(Ilp *md, int q, int j);
+Lin ilp_at_or_after(Ilp *md, int q, int p);
+Lin ilp_started_before(Ilp *md, int q, int p);
+void ilp_term(Ilp *md, int p0, int p1, const Lin *l, int64_t bytes);
+bool ilp_regen(const Ilp *md, int t);
+bool ilp_offload_allowed(const Ilp *md, int t);
+int ilp_pos_of_rerun(const Ilp *md, int j, int q);
+double ilp_op_us(const Ilp *md, int op);
+void ilp_free(Ilp *md);
+int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e);
+
+/* ------------------------------------------------------------ memory.c */
+
+/* Called by ilp_build, in this order. */
+void ilp_build_memory(Ilp *md);
+void ilp_build_rows(Ilp *md, int64_t budget);
+
+/* ------------------------------------------------------------ stalls.c */
+
+/* A copy stream's issue and due op of an offloadable tensor (stream 0:
+ * offload, 1: prefetch), the stall rows, and the stalls of a vector. */
+int ilp_issue_op(const Ilp *md, int stream, int t);
+int ilp_due_op(const Ilp *md, int stream, int t);
+void ilp_build_stalls(Ilp *md);
+void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x);
+
+/* ------------------------------------------------------------ cuts.c */
+
+/* MilpOptions.separate. */
+void ilp_separate(void *ctx, const double *x, MilpModel *cuts);
+
+/* ------------------------------------------------------------ eval.c */
+
+/* One decision vector's columns and peak, the decisions read from a
+ * point, and a point's objective. */
+int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak);
+void ilp_decisions_from_x(const Ilp *md, const double *x, Decision *dec);
+double ilp_objective_of(const Ilp *md, const double *x);
+
+/* ------------------------------------------------------------ search.c */
+
+/* Candidates kept by the model's objective, the descent, the kicks, the
+ * pool, and the solver's hooks (MilpOptions.polish and .search). */
+void ilp_offer(const Ilp *md, Candidate *best, const Decision *dec, int64_t peak, double obj, int64_t limit);
+void ilp_consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x);
+void ilp_improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double deadline, long evals, bool exchanges);
+void ilp_pool_add(Pool *pool, const Graph *g, const Candidate *k);
+void ilp_kick(const Ilp *md, Candidate *best, const double *point, double bound, int64_t limit, double *x, double deadline,
+              long evals);
+bool ilp_search_x(void *ctx, double *cols, const double *point, double bound);
+bool ilp_polish_x(void *ctx, double *cols);
+
+/* ------------------------------------------------------------ solve.c */
+
+/* The restrictions a solve adds that a check of the model must add too. */
+void ilp_remove_dominated(Ilp *md);
+void ilp_keep_forbidden_offloads(const Ilp *md, Decision *dec);
+
+#endif

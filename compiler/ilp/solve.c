@@ -1,0 +1,679 @@
+/*
+ * solve.c - the ilp's driver: plan_decide_ilp (keep-all, the starts, the
+ * solves at the budget and their rounds against fragmentation, the
+ * simulator's last word, the memory-minimizing fallback) and the smallest
+ * budget (docs/PLANNING.md sections 5 and 6).
+ */
+#include "ilp.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ILP_NODES 200        /* nodes of a search, at most */
+#define ILP_CHEAP_NNZ 150000 /* models under this many nonzeros: the tree is counted in simplex iterations, */
+#define ILP_TREE_WORK 2e8    /* ... this many over the nonzeros, and searches to ILP_GAP; */
+#define ILP_NODE_WORK 1e6    /* larger ones: in nodes, at most this many over the nonzeros */
+#define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
+#define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
+#define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation */
+#define ILP_EVALS_PER_TENSOR 6 /* descent evaluations */
+#define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
+#define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
+#define ILP_GOOD_GAP 0.01    /* ... and, on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
+#define ILP_PROOF_WORK 8e9   /* the tree with cuts after one that ends above ILP_PROOF_GAP, counted like the first (ILP_TREE_WORK) */
+
+/* ------------------------------------------------------------ counted work and the starts */
+
+/* Every limit of a solve is counted work (evaluations, simplex iterations,
+ * nodes), so a plan is a function of its inputs and options on an idle or a
+ * busy machine. --time-limit adds a deadline (CLOCK_MONOTONIC seconds) over
+ * the whole command that cuts the counted work short; without it the
+ * deadline is HUGE_VAL and no clock decides anything. */
+static double deadline_of(const PlanOptions *o, double start) {
+  return o->time_limit <= 0 ? HUGE_VAL : o->deadline > 0 ? o->deadline : start + o->time_limit;
+}
+
+static bool out_of_time(double deadline) { return deadline < HUGE_VAL && util_now() >= deadline; }
+
+static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
+
+/* One solve at a memory limit: the MILP warm-started from the best
+ * baseline, the LP relaxation rounded if the MILP found nothing. */
+/* Starting points: every baseline in the strategy table, and everything
+ * offloaded (reaches memory no baseline may, needs no re-run). */
+static int starts(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, Decision **out) {
+  int n = 0;
+  PlanOptions bo = *o;
+  bo.budget_bytes = limit;
+  for (size_t b = 0; b < sizeof baselines / sizeof baselines[0] + 1; b++) {
+    Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+    if (!dec) break;
+    for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+    bool ok = false;
+    if (b < sizeof baselines / sizeof baselines[0]) {
+      const PlanStrategy *s = plan_find_strategy(baselines[b]);
+      Err ignore;
+      SolverInfo bsi = {.name = "none", .status = "not_used"};
+      bo.strategy = baselines[b];
+      ok = s && s->decide(g, d, &bo, dec, &bsi, &ignore) == 0;
+    } else {
+      for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = DEC_OFFLOAD;
+      ok = true;
+    }
+    if (ok) out[n++] = dec;
+    else free(dec);
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------ the model's restrictions */
+
+/* Every excluded vector: sum over decided tensors of its decision's column
+ * <= their count - 1 (at least one differs). */
+static void add_exclusions(Ilp *md) {
+  const Graph *g = md->g;
+  int *cols = util_xcalloc((size_t)g->nstashed + 1, sizeof(int));
+  double *vals = util_xcalloc((size_t)g->nstashed + 1, sizeof(double));
+  for (int k = 0; cols && vals && k < md->nexcluded; k++) {
+    int n = 0;
+    for (int i = 0; i < g->nstashed; i++) {
+      int t = g->stashed[i];
+      if (md->colK[t] < 0) continue;
+      Decision dv = md->excluded[k][t];
+      cols[n] = dv == DEC_KEEP ? md->colK[t] : dv == DEC_RECOMPUTE ? md->colR[t] : md->colO[t];
+      vals[n++] = 1;
+    }
+    if (milp_add_row(&md->m, -HUGE_VAL, n - 1, n, cols, vals) < 0) md->failed = true;
+  }
+  if (!cols || !vals) md->failed = true;
+  free(cols), free(vals);
+}
+
+/* Dominated choices, removed before the solve (not in ilp_build, whose
+ * rows must accept any decision vector for plan_ilp_predicted_peak): an
+ * offload whose prefetch is issued right after its wait frees nothing at
+ * any compute step (the original lives through the wait op's step, the
+ * copy from the next op's, and a pull's earlier need cannot issue it
+ * earlier), re-runs the same ops as keep, and only adds copy time. Keep is
+ * never worse, so O is fixed at 0 (on the H100 profile: 2 of gpt2-124m's
+ * 162 stashed tensors, 3 of llama3-8b's 357, 11 of unet's 94). */
+void ilp_remove_dominated(Ilp *md) {
+  const Graph *g = md->g;
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i], fbr = g->tensors[t].first_bwd_read;
+    if (md->colO[t] >= 0 && plan_prefetch_issue_op(g, md->d, t, fbr) <= plan_offload_wait_op(g, md->d, t) + 1)
+      md->m.col_ub[md->colO[t]] = 0;
+  }
+}
+
+/* Host memory (docs/PLANNING.md, "Host memory"), like ilp_remove_dominated
+ * added before the solve only: the offloaded tensors' aligned bytes are at
+ * most plan_host_limit, one row, and a tensor that alone exceeds it is
+ * never offloaded (every tensor, on a unified_memory device). Every vector the search returns is checked against it
+ * too (admissible). */
+static void limit_host(Ilp *md) {
+  const Graph *g = md->g;
+  md->host_limit = plan_host_limit(md->d);
+  if (md->host_limit == INT64_MAX) return;
+  int *cols = util_xcalloc((size_t)g->nstashed + 1, sizeof(int));
+  double *vals = util_xcalloc((size_t)g->nstashed + 1, sizeof(double));
+  if (!cols || !vals) {
+    md->failed = true;
+    free(cols), free(vals);
+    return;
+  }
+  int n = 0;
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    if (!ilp_offload_allowed(md, t)) continue;
+    int64_t bytes = plan_host_share(g, t);
+    if (bytes > md->host_limit) md->m.col_ub[md->colO[t]] = 0;
+    else cols[n] = md->colO[t], vals[n++] = (double)bytes / ILP_UNIT;
+  }
+  if (n && milp_add_row(&md->m, -HUGE_VAL, (double)md->host_limit / ILP_UNIT, n, cols, vals) < 0) md->failed = true;
+  free(cols), free(vals);
+}
+
+/* Offloads the model forbids (ilp_remove_dominated) become keeps. */
+void ilp_keep_forbidden_offloads(const Ilp *md, Decision *dec) {
+  for (int i = 0; i < md->g->nstashed; i++) {
+    int t = md->g->stashed[i];
+    if (dec[t] == DEC_OFFLOAD && md->colO[t] >= 0 && !ilp_offload_allowed(md, t)) dec[t] = DEC_KEEP;
+  }
+}
+
+/* ------------------------------------------------------------ one solve */
+
+/* Branch-and-bound nodes without --time-limit: a node re-solves an LP of
+ * the model's size, so large models get fewer. */
+static long node_limit(const MilpModel *m, double work) {
+  double n = work / fmax(1, (double)m->nnz);
+  return n >= ILP_NODES ? ILP_NODES : n < 1 ? 1 : (long)n;
+}
+
+/* Column upper bounds with the memory rows' limit halfway to the keep-all
+ * peak (the keep-all start's, as the model evaluated it; < 0: not known):
+ * the looser problem whose basis warm-starts the relaxation's dual simplex
+ * (milp.c's relax), for budgets that only plans with offloads meet, where
+ * the primal's first phase is long (docs/PLANNING.md 5.3). NULL when
+ * keep-all fits. */
+static double *loose_bounds(const Ilp *md, int64_t limit, int64_t keep_all) {
+  if (keep_all < 0 || keep_all <= limit) return NULL;
+  double *ub = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double));
+  if (!ub) return NULL;
+  memcpy(ub, md->m.col_ub, (size_t)md->m.ncols * sizeof(double));
+  for (int p = 0; p < md->npos; p++) ub[md->mcol[p]] = (double)(limit + (keep_all - limit) / 2) / ILP_UNIT;
+  return ub;
+}
+
+static int stashed_with(const Graph *g, const Decision *dec, Decision which) {
+  int n = 0;
+  for (int i = 0; i < g->nstashed; i++) n += dec[g->stashed[i]] == which;
+  return n;
+}
+
+/* What a solve does, as flags: it minimizes the step time (GOAL_TIME) or
+ * the peak (GOAL_MEMORY), with the MILP or, GOAL_QUICK, from the starts and
+ * the descent alone: a start for the time solve when none of the baselines
+ * fits, where the MILP's seconds would buy bytes nobody asked for; and a
+ * fragmentation round after the relaxation did not finish, as its tightened
+ * rows would not let it finish either. */
+enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2 };
+
+/* 0: solved (best->ok when something fits; *relaxed when the LP
+ * relaxation finished); 1: no start fits the limit, so there is nothing to
+ * start from (the caller has the memory-minimizing plan to offer as extra);
+ * -1: error. */
+static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, int goal,
+                    const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
+                    Pool *pool, SolverInfo *si, bool *relaxed, double tree_work, Err *e) {
+  *relaxed = false;
+  Decision *st[sizeof baselines / sizeof baselines[0] + 3];
+  int nst = starts(g, d, o, limit, st);
+  const Decision *more[2] = {extra, o->hint};
+  for (int i = 0; i < 2; i++)
+    if (more[i] && (st[nst] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))))
+      memcpy(st[nst++], more[i], (size_t)g->ntensors * sizeof(Decision));
+  int depth = g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH;
+  Ilp md;
+  int rc = -1;
+  double *x = NULL, *loose = NULL;
+  Decision *tmp = NULL, *searched = NULL;
+  if (ilp_build(&md, g, d, limit, goal & GOAL_MEMORY, depth, e)) {
+    for (int i = 0; i < nst; i++) free(st[i]);
+    return -1;
+  }
+  md.excluded = excluded;
+  md.nexcluded = nexcluded;
+  add_exclusions(&md);
+  ilp_remove_dominated(&md);
+  limit_host(&md);
+  x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  searched = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  if (!x || !tmp || !searched || md.failed || md.m.failed) {
+    err_set(e, "%s: out of memory", g->path);
+    goto out;
+  }
+  best->ok = false;
+  bool recompute_only_fits = false;
+  int64_t keep_all_peak = -1;
+  for (int i = 0; i < nst; i++) {
+    int64_t pk;
+    bool modelled = ilp_eval(&md, st[i], x, &pk) == 0;
+    double obj = modelled ? ilp_objective_of(&md, x) : NAN;
+    if (modelled) ilp_offer(&md, best, st[i], pk, obj, limit);
+    if (modelled && pk <= limit && stashed_with(g, st[i], DEC_OFFLOAD) == 0) recompute_only_fits = true;
+    if (modelled && stashed_with(g, st[i], DEC_KEEP) == g->nstashed) keep_all_peak = pk;
+    /* Starts outside a depth-bounded model still go to the simulator. */
+    if (!modelled || pk <= o->budget_bytes)
+      ilp_pool_add(pool, g, &(Candidate){.dec = st[i], .peak = modelled ? pk : -1, .objective = obj});
+  }
+  if (!best->ok && !(goal & GOAL_MEMORY)) {
+    rc = 1;
+    goto out;
+  }
+  /* A descent from the best start: the starting solution. The work is
+   * counted (deadline_of), so the same inputs give the same plan. */
+  long evals = ILP_EVALS_PER_TENSOR * (long)g->nstashed;
+  long xevals = (ILP_EVALS_PER_TENSOR + ILP_EXCHANGE_EVALS_PER_TENSOR) * (long)g->nstashed;
+  bool cheap_tree = md.m.nnz < ILP_CHEAP_NNZ;
+  long nodes = !cheap_tree ? node_limit(&md.m, ILP_NODE_WORK) : 0;
+  ilp_improve(&md, best, limit, x, deadline, evals, false);
+  if (goal & GOAL_QUICK) {
+    snprintf(si->status, sizeof si->status, "feasible");
+    si->objective = best->objective;
+    si->seconds = si->bound = 0;
+    rc = 0;
+    goto out;
+  }
+  if (best->ok) {
+    /* The start must respect the dominance bounds to be accepted. */
+    ilp_keep_forbidden_offloads(&md, best->dec);
+    int64_t pk;
+    md.m.start = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+    if (md.m.start && ilp_eval(&md, best->dec, md.m.start, &pk) == 0) best->objective = ilp_objective_of(&md, md.m.start);
+  }
+  Polish pol = {.md = &md, .limit = limit, .x = x, .evals = xevals, .pool = pool, .deadline = deadline, .c = {.dec = tmp},
+                .searched = {.dec = searched}};
+  /* The largest models (no tree): where only plans that offload fit, the
+   * relaxation is warm-started from a looser one (loose_bounds) and no
+   * neighbourhood follows, as its own LP is as tight (llama3-8b at its
+   * smallest budget: 64 + 26 s, nothing found); elsewhere only the first
+   * neighbourhood: the second found nothing at llama3-8b's f = 0.2-0.4
+   * for 6-14 s each, while the first took f = 0.3 from 590,290 to 585,527
+   * us. */
+  bool no_tree = !cheap_tree && nodes <= ILP_TREE_MIN_NODES;
+  /* There the relaxation is the whole proof and its count binds: the queue
+   * rows (45% of gpt2-1558m's nonzeros) go in lazily (milp.c), and the count
+   * is over the rest. */
+  bool lazy = no_tree;
+  loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
+  MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
+                    .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
+                    .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
+                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK),
+                    .good_gap = !cheap_tree ? ILP_GOOD_GAP : 0,
+                    .skip_tree = no_tree, .loose_ub = loose,
+                    .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
+                    .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
+                    .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
+                    .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
+                    .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
+  MilpResult r;
+  if (milp_solve(&md.m, &mo, &r, e)) goto out;
+  if (r.status == MILP_FAILED) {
+    /* The plans found before it still stand, with what was proven. */
+    if (!best->ok) {
+      err_set(e, "%s: %s", g->path, r.failure);
+      milp_result_free(&r);
+      goto out;
+    }
+    snprintf(si->note, sizeof si->note, "%s", r.failure);
+    if (!isfinite(r.bound)) r.bound = 0;
+  }
+  snprintf(si->name, sizeof si->name, "%s", mo.solver);
+  bool have = r.status == MILP_OPTIMAL || r.status == MILP_FEASIBLE || r.status == MILP_TIME_LIMIT;
+  if (have) {
+    ilp_decisions_from_x(&md, r.x, tmp);
+    ilp_consider(&md, best, tmp, limit, x);
+  }
+  /* The LP relaxation rounded to the largest of K/R/O: a fallback when
+   * branch and bound found nothing in time. */
+  if (!isnan(r.lp_x[md.m.ncols])) {
+    ilp_decisions_from_x(&md, r.lp_x, tmp);
+    ilp_consider(&md, best, tmp, limit, x);
+  }
+  /* The solver's candidates went through the exchanges in the hook; the
+   * starts alone (no LP point) did not. */
+  ilp_improve(&md, best, limit, x, deadline, pol.exchanged ? evals : xevals, !pol.exchanged);
+  /* Not again where the plan is the one the search before the proof tree
+   * ended at. */
+  bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
+  if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
+    ilp_kick(&md, best, r.lp_x, r.bound, limit, x, deadline, xevals);
+  bool timed_out = r.status == MILP_TIME_LIMIT || out_of_time(deadline);
+  snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
+  si->seconds = r.seconds;
+  *relaxed = !isnan(r.lp_x[md.m.ncols]);
+  si->bound = r.status == MILP_INFEASIBLE ? 0 : r.bound;
+  if (best->ok) {
+    si->objective = best->objective;
+    si->bound = r.status == MILP_INFEASIBLE ? best->objective : fmin(r.bound, best->objective);
+    si->gap = fabs(si->objective) > 0 ? (si->objective - si->bound) / fabs(si->objective) : 0;
+    if (si->gap < 1e-12) si->gap = 0;
+    if (r.status == MILP_OPTIMAL && si->gap > mo.mip_gap) snprintf(si->status, sizeof si->status, "feasible");
+  }
+  milp_result_free(&r);
+  rc = 0;
+out:
+  for (int i = 0; i < nst; i++) free(st[i]);
+  free(x);
+  free(loose);
+  free(tmp), free(searched);
+  ilp_free(&md);
+  return rc;
+}
+
+/* The memory-minimizing solve (goal GOAL_MEMORY, with GOAL_QUICK or not):
+ * its decisions and their arena; note: GLPK's failure inside it, if any (a
+ * SolverInfo note: the plan is the least found before it, not proven the
+ * least); *proven (when not NULL): the peak below which no plan of the
+ * schedule family exists, as far as this solve proved it (its bound, where
+ * the model is the whole family: no depth bound; else 0). */
+static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
+                           int64_t *arena, int64_t *proven, char *note, Err *e) {
+  Candidate c = {.dec = out};
+  SolverInfo si = {.name = "none", .status = "not_used"};
+  bool relaxed;
+  *arena = -1;
+  if (proven) *proven = 0;
+  note[0] = 0;
+  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK,
+               e) ||
+      !c.ok)
+    return -1;
+  /* The bound is in MiB through GLPK's tolerances: a millionth below it. */
+  if (proven && g->nops <= ILP_FULL_OPS && si.bound > 0) *proven = (int64_t)floor(si.bound * ILP_UNIT * (1 - 1e-6));
+  Plan *p = plan_from_decisions(g, d, c.dec, e);
+  if (!p) return -1;
+  *arena = p->arena_bytes;
+  plan_free(p);
+  snprintf(note, sizeof si.note, "%s", si.note);
+  return 0;
+}
+
+/* The peak below which no plan exists: every resident byte and the largest
+ * working set of one op, or what the memory-minimizing solve proved. */
+static int64_t proven_least_peak(const Graph *g, int64_t solved) {
+  int64_t resident, working;
+  int at;
+  if (info_lower_bound(g, &resident, &working, &at)) return solved;
+  return resident + working > solved ? resident + working : solved;
+}
+
+static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
+  Decision *dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  int64_t arena = -1;
+  note[0] = 0;
+  if (!dec) return err_set(e, "%s: out of memory", g->path);
+  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, e);
+  free(dec);
+  return arena;
+}
+
+/* ------------------------------------------------------------ the simulator's word */
+
+/* Single (and on the smallest graphs, paired) decision changes judged by
+ * the simulator itself: the model's stall estimate is not the simulator's
+ * (docs/PLANNING.md), and on small graphs the simulator is cheap. */
+#define ILP_POLISH_MAX 64
+#define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
+#define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
+#define ILP_PAIRS_MAX 16
+
+/* Every op once, us: what any plan's step takes at least. */
+static double compute_us(const Graph *g, const Device *d) {
+  double us = 0;
+  for (int i = 0; i < g->nops; i++) us += cost_op_seconds(g, d, i) * 1e6;
+  return us;
+}
+
+static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
+  Err e;
+  Plan *p = plan_from_decisions(g, d, dec, &e);
+  bool ok = p && plan_fits(p, d, budget);
+  if (ok) *step = p->predicted.step_seconds;
+  plan_free(p);
+  return ok;
+}
+
+/* Whether the changes by the simulator below may move t to dec: an
+ * offload only where the model has one (limit_host; never on a
+ * unified_memory device, where a layout's luck could otherwise buy one). */
+static bool may_take(const Graph *g, const Device *d, int t, int dec) {
+  return dec != DEC_OFFLOAD || plan_host_share(g, t) <= plan_host_limit(d);
+}
+
+/* The memory-minimizing solve minimizes peak live bytes; the arena adds
+ * fragmentation. On small graphs, single changes that lower the arena may
+ * still reach the budget. Returns the smallest arena reached. */
+static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, double deadline) {
+  if (g->nstashed > ILP_POLISH_MAX) return arena;
+  for (bool moved = true; moved && arena > budget && !out_of_time(deadline);) {
+    moved = false;
+    for (int i = 0; i < g->nstashed && !moved; i++) {
+      int t = g->stashed[i];
+      Decision was = dec[t];
+      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
+        dec[t] = (Decision)a;
+        Err e;
+        Plan *p = plan_from_decisions(g, d, dec, &e);
+        if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) arena = p->arena_bytes, moved = true;
+        else dec[t] = was;
+        plan_free(p);
+      }
+    }
+  }
+  return arena;
+}
+
+static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
+  if (g->nstashed > ILP_POLISH_MAX) return false;
+  bool any = false;
+  for (bool moved = true; moved && util_now() < deadline;) {
+    moved = false;
+    for (int i = 0; i < g->nstashed && !moved && util_now() < deadline; i++) {
+      int t = g->stashed[i];
+      Decision was = dec[t];
+      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
+        dec[t] = (Decision)a;
+        double st;
+        if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
+        else dec[t] = was;
+      }
+    }
+    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && util_now() < deadline; i++)
+      for (int j = i + 1; j < g->nstashed && !moved; j++) {
+        int t = g->stashed[i], u = g->stashed[j];
+        Decision wt = dec[t], wu = dec[u];
+        for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++)
+          for (int b = DEC_KEEP; b <= DEC_OFFLOAD && !moved; b++) {
+            if (a == (int)wt || b == (int)wu || !may_take(g, d, t, a) || !may_take(g, d, u, b)) continue;
+            dec[t] = (Decision)a, dec[u] = (Decision)b;
+            double st;
+            if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
+            else dec[t] = wt, dec[u] = wu;
+          }
+      }
+  }
+  return any;
+}
+
+/* ------------------------------------------------------------ public */
+
+int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
+  return min_budget(g, d, o, note, e);
+}
+
+/* No plan at the budget: "infeasible" only where proven (the budget is
+ * below least, a peak no plan of the family gets under); else what was not
+ * found. Either way the smallest budget this run planned (planned, its
+ * arena, < 0: none), and whether that is only the least found before GLPK
+ * failed (note). */
+static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64_t least, int64_t planned, const char *note,
+                          Err *e) {
+  char b1[32], b2[32], b3[32], proof[160] = "", smallest[sizeof ((SolverInfo *)0)->note + 160] = "";
+  if (budget < least)
+    snprintf(proof, sizeof proof, ": no plan below %" PRId64 " bytes (%s) exists in the schedule family", least,
+             util_fmt_bytes(least, b2, sizeof b2));
+  if (planned >= 0)
+    snprintf(smallest, sizeof smallest, "; the smallest budget planned is %" PRId64 " bytes (%s)%s%s%s", planned,
+             util_fmt_bytes(planned, b3, sizeof b3), note[0] ? " (the least found before " : "", note, note[0] ? ")" : "");
+  if (proof[0])
+    err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s%s%s", g->path, budget,
+            util_fmt_bytes(budget, b1, sizeof b1), d->name, proof, smallest);
+  else
+    err_set(e, "%s: no plan found at %" PRId64 " bytes (%s) on %s%s", g->path, budget, util_fmt_bytes(budget, b1, sizeof b1),
+            d->name, smallest);
+}
+
+int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+  Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
+  Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *repaired = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  Decision *excluded[ILP_EXCLUDE_MAX];
+  int nexcluded = 0;
+  Pool pool;
+  memset(&pool, 0, sizeof pool);
+  bool oom = !c.dec || !best || !mm || !repaired;
+  for (int i = 0; i < ILP_POOL; i++) oom |= !(pool.c[i].dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)));
+  int rc = -1;
+  if (oom) {
+    err_set(e, "%s: out of memory", g->path);
+    goto out;
+  }
+  int64_t limit = o->budget_bytes;
+  double start = util_now(), deadline = deadline_of(o, start), best_s = HUGE_VAL;
+  /* Keep-all costs no recompute and no stall: when it fits, nothing is
+   * faster and the bound (pure compute) proves it. */
+  for (int i = 0; i < g->nstashed; i++) best[g->stashed[i]] = DEC_KEEP;
+  if (try_plan(g, d, o->budget_bytes, best, &best_s)) {
+    double compute = compute_us(g, d);
+    snprintf(si->name, sizeof si->name, "%s", o->solver ? o->solver : "glpk");
+    snprintf(si->status, sizeof si->status, "optimal");
+    si->objective = si->bound = compute;
+    si->gap = 0;
+    si->seconds = 0; /* no solver ran; and the plan file stays byte-identical */
+    memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
+    rc = 0;
+    goto out;
+  }
+  best_s = HUGE_VAL;
+  /* Fragmentation: an arena over the budget tightens the rows and
+   * re-solves, while the solver's answer would beat the best that fits. */
+  /* The first round's (later rounds' tightened rows do not bound this
+   * budget's problem); when its relaxation did not finish, the later rounds
+   * use the starts and the descent alone, as theirs would not either. */
+  double bound = 0;
+  bool relaxed = false;
+  bool picked = false;
+  /* When no start fits, the memory-minimizing plan is the start (and,
+   * should the solve find nothing better, the answer). */
+  int64_t mm_arena = -1, mm_proven = 0;
+  int mm_goal = GOAL_TIME; /* GOAL_TIME: none computed yet */
+  bool mm_ok = false;
+  char mm_note[sizeof si->note] = "";
+  for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
+    if (round > 0 && out_of_time(deadline)) break;
+    SolverInfo rsi = *si;
+    pool.n = 0;
+    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
+    bool rel = false;
+    /* Later rounds get less of the tree: each excludes one plan from the
+     * last round's problem and re-proves much of it (llama-tiny at f = 0.2:
+     * 24 rounds, 120 s with the whole count each; 550.01 us in 13.7 s so,
+     * 554.77 us with a count shared by all rounds). */
+    int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel,
+                     ILP_TREE_WORK / (round + 1), e);
+    if (s < 0) goto out;
+    if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
+      Err e2;
+      if (mm_goal == GOAL_MEMORY) break;
+      mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
+      if (!mm_ok) break;
+      round--;
+      continue;
+    }
+    if (round == 0) bound = rsi.bound, relaxed = rel;
+    /* The objective estimates stalls; the simulator has the last word
+     * among the solution and the starts (so no baseline is ever better). */
+    const Candidate *pick = NULL;
+    int64_t c_arena = -1;
+    double c_step = HUGE_VAL;
+    for (int i = c.ok ? -1 : 0; i < pool.n; i++) {
+      const Candidate *k = i < 0 ? &c : &pool.c[i];
+      Plan *p = plan_from_decisions(g, d, k->dec, e);
+      if (!p) goto out;
+      int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
+      double step = p->predicted.step_seconds;
+      bool fits = plan_fits(p, d, o->budget_bytes);
+      plan_free(p);
+      if (k->peak >= 0 && peak != k->peak) {
+        err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
+                k->peak, peak);
+        goto out;
+      }
+      if (i < 0) c_arena = arena, c_step = step;
+      if (fits && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
+    }
+    if (pick || !picked) *si = rsi;
+    /* Small graphs: the answer's own neighbours with a smaller arena. */
+    if (!pick && c.ok && c_arena > o->budget_bytes && g->nstashed <= ILP_POLISH_MAX) {
+      memcpy(repaired, c.dec, (size_t)g->ntensors * sizeof(Decision));
+      double step;
+      if (shrink_arena(g, d, o->budget_bytes, repaired, c_arena, deadline) <= o->budget_bytes &&
+          try_plan(g, d, o->budget_bytes, repaired, &step) && step < best_s * (1 - 1e-12)) {
+        memcpy(best, repaired, (size_t)g->ntensors * sizeof(Decision));
+        best_s = step, picked = true;
+        *si = rsi;
+        if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
+      }
+    }
+    if (pick) {
+      picked = true;
+      memcpy(best, pick->dec, (size_t)g->ntensors * sizeof(Decision));
+      if (pick != &c) {
+        /* A start the simulator preferred: not the solver's optimum. */
+        if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
+      }
+    }
+    /* Tighter rows only raise the model's objective: stop once the
+     * solver's answer fits or simulates no faster than what does. */
+    if (!c.ok || c_arena <= o->budget_bytes || c_step >= best_s) break;
+    /* Small graphs: exclude that answer and ask for the next best (their
+     * layouts can be far over the peak, and for another plan at the same
+     * peak not at all). Otherwise by the excess, doubled each round:
+     * fragmentation is not linear in the limit, and the same few bytes
+     * again often change nothing. */
+    if (g->nstashed <= ILP_POLISH_MAX && nexcluded < ILP_EXCLUDE_MAX &&
+        (excluded[nexcluded] = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision)))) {
+      memcpy(excluded[nexcluded++], c.dec, (size_t)g->ntensors * sizeof(Decision));
+    } else {
+      if (round >= ILP_ROUNDS) break;
+      limit -= (c_arena - o->budget_bytes) << round;
+    }
+    c.ok = false;
+  }
+  if (!picked) {
+    /* The memory-minimizing solve fits whenever anything in the model does. */
+    int64_t m = -1;
+    Err e2;
+    if (mm_goal != GOAL_MEMORY)
+      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
+    if (mm_ok) {
+      memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
+      m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
+    }
+    if (m >= 0 && m <= o->budget_bytes && try_plan(g, d, o->budget_bytes, best, &best_s)) {
+      snprintf(si->status, sizeof si->status, "feasible");
+      if (!si->note[0]) snprintf(si->note, sizeof si->note, "%s", mm_note);
+    } else {
+      no_plan_error(g, d, o->budget_bytes, proven_least_peak(g, mm_goal == GOAL_MEMORY ? mm_proven : 0), m, mm_note, e);
+      goto out;
+    }
+  }
+  if (polish(g, d, o->budget_bytes, best, &best_s, deadline) && !strcmp(si->status, "optimal"))
+    snprintf(si->status, sizeof si->status, "feasible");
+  /* One objective: the returned plan's simulated step time. Where the
+   * model's differs (docs/PLANNING.md section 4: stalls it can only
+   * bound), the model's optimum is not this plan's, so not "optimal". */
+  si->objective = best_s * 1e6;
+  if (fabs(plan_ilp_objective(g, d, best) - si->objective) > 1e-6 * si->objective && !strcmp(si->status, "optimal"))
+    snprintf(si->status, sizeof si->status, "feasible");
+  /* The relaxation's bound where it finished, and never below the compute
+   * alone (every plan runs every op once): a real bound either way. */
+  si->bound = fmin(fmax(bound, compute_us(g, d)), si->objective);
+  si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
+  si->seconds = util_now() - start;
+  if (out_of_time(deadline) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
+  if (si->gap < 1e-12) si->gap = 0;
+  memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
+  rc = 0;
+out:
+  free(c.dec);
+  free(best);
+  free(mm);
+  free(repaired);
+  for (int i = 0; i < nexcluded; i++) free(excluded[i]);
+  for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
+  return rc;
+}

@@ -1,0 +1,415 @@
+/*
+ * stalls.c - copy stalls in the ILP: the window, queue and round-trip rows
+ * that bound each copy stream's stalls, and a decision vector's stalls by
+ * those rows and by the FIFO queues themselves (docs/PLANNING.md section 4).
+ */
+#include "ilp.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Groups items (windows or queue rows) by the op b they end at, a counting
+ * sort: by_b[first[b] .. first[b+1]) are the indices of the items with that
+ * b, in their original order. b is the int at b_offset in each item. */
+static bool group_by_op(const void *items, int count, size_t stride, size_t b_offset, int nops, int **first,
+                        int **by_b) {
+  *first = util_xcalloc((size_t)nops + 2, sizeof(int));
+  *by_b = util_xcalloc((size_t)count + 1, sizeof(int));
+  int *fill = util_xcalloc((size_t)nops + 1, sizeof(int));
+  bool ok = *first && *by_b && fill;
+  if (ok) {
+    const char *base = items;
+    for (int i = 0; i < count; i++) (*first)[*(const int *)(base + (size_t)i * stride + b_offset) + 1]++;
+    for (int b = 0; b < nops; b++) (*first)[b + 1] += (*first)[b];
+    for (int i = 0; i < count; i++) {
+      int b = *(const int *)(base + (size_t)i * stride + b_offset);
+      (*by_b)[(*first)[b] + fill[b]++] = i;
+    }
+  }
+  free(fill);
+  return ok;
+}
+
+/* ------------------------------------------------------------ rows */
+
+/* Copy stalls (docs/PLANNING.md, "Stalls"): s[b] >= 0 is the stall at op
+ * b (the waits after it and in its prelude), Q[b] their running sum. A
+ * window [a, b] of one copy stream: the copies issued in it and due in it
+ * need their copy time, which the compute between a and b and the stalls
+ * inside the window must cover (interval capacity of a FIFO queue). Each
+ * window is a running sum C over b for one a. Windows reach as far as
+ * every copy of the stream together could still be late, but only those
+ * that no other window implies become rows: a busy queue spans layers
+ * (llama3.2-1b: one MLP activation takes 5.4 ms to copy, 27 ops at the
+ * model's mean op time), and 96-op windows let the LP spread offloads
+ * the queues cannot carry. On graphs over ILP_WINDOW_GRAPH_OPS ops windows
+ * stop at ILP_WINDOW_OPS: gpt2-1558m's short ops under 2 ms copies keep
+ * 108,112 windows unbounded (35,188 within 96 ops), and its relaxation no
+ * longer finishes within its count. Static approximations: prefetches are
+ * timed for each tensor's first backward reader, re-runs add no time to
+ * hide copies behind. */
+#define ILP_FIFO 24
+#define ILP_WINDOW_OPS 96
+#define ILP_WINDOW_GRAPH_OPS 1000
+
+static double t_before(const Ilp *md, int i) { return i > 0 ? md->t_end[i - 1] : 0; }
+
+/* Stream 0 (D2H): issued after op p, due at the wait after op w. Stream 1
+ * (H2D): issued at the start of op issue's group, due before op f. Times
+ * are compute without stalls; the stalls before the issue (Q[a-1]) and by
+ * the due op (Q[b]) add to them. */
+int ilp_issue_op(const Ilp *md, int stream, int t) { return stream ? md->issue_at[t] : md->g->tensors[t].producer; }
+int ilp_due_op(const Ilp *md, int stream, int t) { return stream ? md->g->tensors[t].first_bwd_read : md->wait_at[t]; }
+static double issue_time(const Ilp *md, int stream, int a) { return stream ? t_before(md, a) : md->t_end[a]; }
+static double due_time(const Ilp *md, int stream, int b) { return stream ? t_before(md, b) : md->t_end[b]; }
+
+/* A round trip, offload after the producer and prefetch back before the
+ * first backward reader: how far its two copies overrun the compute
+ * between. */
+static double round_trip_late(const Ilp *md, int t) {
+  int p = md->g->tensors[t].producer, f = md->g->tensors[t].first_bwd_read;
+  return md->copy_us[0][t] + md->copy_us[1][t] - (due_time(md, 1, f) - issue_time(md, 0, p));
+}
+
+static bool in_window(const Ilp *md, int stream, int t, int a, int b) {
+  return ilp_issue_op(md, stream, t) >= a && ilp_due_op(md, stream, t) == b;
+}
+
+static void add_window(Ilp *md, int stream, int a, int b0, int b, int c, double cap) {
+  if (!ilp_push((void **)&md->win, md->nwin, &md->cap_win, sizeof(Window))) {
+    md->failed = true;
+    return;
+  }
+  md->win[md->nwin++] = (Window){stream, a, b0, b, c, cap};
+}
+
+void ilp_build_stalls(Ilp *md) {
+  const Graph *g = md->g;
+  const Device *d = md->d;
+  int n = g->nops, nt = g->ntensors;
+  if (md->min_memory) return;
+  md->t_end = util_xcalloc((size_t)n + 1, sizeof(double));
+  md->col_q = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->wait_at = util_xcalloc((size_t)nt + 1, sizeof(int));
+  md->issue_at = util_xcalloc((size_t)nt + 1, sizeof(int));
+  md->copy_us[0] = util_xcalloc((size_t)nt + 1, sizeof(double));
+  md->copy_us[1] = util_xcalloc((size_t)nt + 1, sizeof(double));
+  int *cols = util_xcalloc((size_t)nt + 4, sizeof(int));
+  double *vals = util_xcalloc((size_t)nt + 4, sizeof(double));
+  int *due_of = util_xcalloc((size_t)nt + 1, sizeof(int)); /* per tensor, one stream's due op */
+  if (!md->t_end || !md->col_q || !md->wait_at || !md->issue_at || !md->copy_us[0] || !md->copy_us[1] || !cols || !vals ||
+      !due_of) {
+    md->failed = true;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) md->t_end[i] = (i ? md->t_end[i - 1] : 0) + ilp_op_us(md, i);
+  for (int t = 0; t < nt; t++) {
+    if (md->colO[t] < 0) continue;
+    md->wait_at[t] = plan_offload_wait_op(g, d, t);
+    md->issue_at[t] = plan_prefetch_issue_op(g, d, t, g->tensors[t].first_bwd_read);
+    md->copy_us[0][t] = cost_d2h_seconds(d, g->tensors[t].bytes) * 1e6;
+    md->copy_us[1][t] = cost_h2d_seconds(d, g->tensors[t].bytes) * 1e6;
+  }
+  for (int stream = 0; stream < 2; stream++) {
+    md->due_first[stream] = util_xcalloc((size_t)n + 2, sizeof(int));
+    md->due_list[stream] = util_xcalloc((size_t)nt + 1, sizeof(int));
+    if (!md->due_first[stream] || !md->due_list[stream]) {
+      md->failed = true;
+      goto out;
+    }
+    for (int t = 0; t < nt; t++)
+      if (md->colO[t] >= 0) md->due_first[stream][ilp_due_op(md, stream, t) + 1]++;
+    for (int b = 0; b < n; b++) md->due_first[stream][b + 1] += md->due_first[stream][b];
+    int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
+    if (!fill) {
+      md->failed = true;
+      goto out;
+    }
+    for (int t = 0; t < nt; t++) {
+      if (md->colO[t] < 0) continue;
+      int b = ilp_due_op(md, stream, t);
+      md->due_list[stream][md->due_first[stream][b] + fill[b]++] = t;
+    }
+    free(fill);
+  }
+  for (int b = 0; b < n; b++) {
+    md->col_q[b] = ilp_new_col(md, 0, HUGE_VAL, b == n - 1 ? 1 : 0, false);
+    if (b) { /* Q[b] >= Q[b-1]: s[b] = Q[b] - Q[b-1] >= 0 */
+      cols[0] = md->col_q[b], vals[0] = 1, cols[1] = md->col_q[b - 1], vals[1] = -1;
+      if (milp_add_row(&md->m, 0, HUGE_VAL, 2, cols, vals) < 0) md->failed = true;
+    }
+  }
+  char *start = util_xcalloc((size_t)n + 1, 1), *due = util_xcalloc((size_t)n + 1, 1);
+  double *latest = util_xcalloc((size_t)n + 1, sizeof(double)); /* per due op: the most of a later window start */
+  if (!start || !due || !latest) {
+    free(start), free(due), free(latest);
+    md->failed = true;
+    goto out;
+  }
+  for (int stream = 0; stream < 2; stream++) {
+    memset(start, 0, (size_t)n);
+    memset(due, 0, (size_t)n);
+    for (int t = 0; t < nt; t++) {
+      if (md->colO[t] < 0) continue;
+      start[ilp_issue_op(md, stream, t)] = 1;
+      due[ilp_due_op(md, stream, t)] = 1;
+    }
+    double total = 0;
+    int reach = n > ILP_WINDOW_GRAPH_OPS ? ILP_WINDOW_OPS : n;
+    for (int t = 0; t < nt; t++)
+      if (md->colO[t] >= 0) total += md->copy_us[stream][t];
+    for (int b = 0; b < n; b++) latest[b] = -HUGE_VAL;
+    for (int a = n - 1; a >= 0; a--) {
+      if (!start[a]) continue;
+      int prev = -1, k = 0, b0 = a;
+      double sum = 0, most = -HUGE_VAL;
+      for (int b = a; b < n; b++) {
+        if (!due[b]) continue;
+        double cap = due_time(md, stream, b) - issue_time(md, stream, a);
+        if (cap > total || b - a > reach) break; /* later ones cannot bind (cap over every copy together), or out of reach */
+        int k0 = k;
+        for (int i = md->due_first[stream][b]; i < md->due_first[stream][b + 1]; i++) {
+          int t = md->due_list[stream][i];
+          if (in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k] = -md->copy_us[stream][t], sum -= vals[k++];
+        }
+        if (k == k0) continue;
+        /* Kept only if no window implies it: one ending earlier (b') does
+         * when copies(a, b) - copies(a, b') <= the compute from b' to b even
+         * with every copy offloaded, and one starting later (a') when
+         * copies(a, b) - copies(a', b) <= the compute from a to a' (its Q[a'-1]
+         * is no less). So each row must exceed the most of copies - end time
+         * of the earlier ends, and of copies + start time of the later
+         * starts; and it must be able to bind at all. */
+        double past_end = sum - due_time(md, stream, b), before_start = sum + issue_time(md, stream, a);
+        bool keep = sum > cap && past_end > most && before_start > latest[b];
+        most = fmax(most, past_end);
+        latest[b] = fmax(latest[b], before_start);
+        if (!keep) continue;
+        int c = ilp_new_col(md, 0, HUGE_VAL, 0, false);
+        cols[k] = c, vals[k++] = 1;
+        if (prev >= 0) cols[k] = prev, vals[k++] = -1;
+        if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
+        prev = c;
+        /* Q[b] - Q[a-1] - C >= -cap */
+        k = 0;
+        cols[k] = md->col_q[b], vals[k++] = 1;
+        if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
+        cols[k] = c, vals[k++] = -1;
+        if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+        add_window(md, stream, a, b0, b, c, cap);
+        b0 = b + 1, k = 0;
+      }
+    }
+  }
+  free(start), free(due), free(latest);
+  if (!group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &md->win_by_b)) {
+    md->failed = true;
+    goto out;
+  }
+  /* Queue order: a copy finishes after every copy queued before it, even
+   * those due later. For offloaded t and each start a within ILP_FIFO ops
+   * before its issue: Q[due] - Q[a-1] >= copies queued from a up to t - the
+   * compute in between, relaxed by big when t stays. big need only cover
+   * the copies due after t (the others are bounded as in a window) and
+   * what the queued copies exceed the compute by (the row is void below
+   * 0): the smaller of the two, not the queue's whole copy time, keeps the
+   * LP's row from vanishing at a fractional O_t (gpt2-tiny at its smallest
+   * budget: LP bound 637.8 -> 642.9 us). Evaluated like the windows
+   * (ilp_eval_stalls). */
+  md->queue_rows[0] = md->m.nrows;
+  int nnz0 = md->m.nnz;
+  for (int stream = 0; stream < 2; stream++) {
+    int *q = md->fifo[stream] = util_xcalloc((size_t)nt + 1, sizeof(int));
+    if (!q) {
+      md->failed = true;
+      goto out;
+    }
+    for (int t = 0; t < nt; t++) due_of[t] = md->colO[t] >= 0 ? ilp_due_op(md, stream, t) : -1;
+    int k = 0;
+    for (int a = 0; a < n; a++) {
+      int k0 = k;
+      if (stream == 0) {
+        const Op *op = &g->ops[a];
+        for (int i = 0; i < op->noutputs; i++)
+          if (md->colO[op->outputs[i]] >= 0) q[k++] = op->outputs[i];
+      } else {
+        for (int i = 0; i < g->nstashed; i++)
+          if (md->colO[g->stashed[i]] >= 0 && md->issue_at[g->stashed[i]] == a) q[k++] = g->stashed[i];
+      }
+      plan_queue_order(q + k0, k - k0, due_of); /* as the schedule issues them */
+    }
+    md->nfifo[stream] = k;
+    for (int it = 0; it < k; it++) {
+      int t = q[it], issue = ilp_issue_op(md, stream, t), b = ilp_due_op(md, stream, t);
+      for (int i0 = it; i0 >= 0; i0--) {
+        int a = ilp_issue_op(md, stream, q[i0]);
+        if (issue - a > ILP_FIFO) break;
+        if (i0 > 0 && ilp_issue_op(md, stream, q[i0 - 1]) == a) continue;
+        double cap = due_time(md, stream, b) - issue_time(md, stream, a), big = 0;
+        int nn = 0;
+        cols[nn] = md->col_q[b], vals[nn++] = 1;
+        if (a) cols[nn] = md->col_q[a - 1], vals[nn++] = -1;
+        double late = 0;
+        for (int i = i0; i <= it; i++) {
+          cols[nn] = md->colO[q[i]], vals[nn++] = -md->copy_us[stream][q[i]];
+          if (i < it) big += md->copy_us[stream][q[i]];
+          if (i < it && ilp_due_op(md, stream, q[i]) > b) late += md->copy_us[stream][q[i]];
+        }
+        if (big + md->copy_us[stream][t] <= cap) continue; /* never binds */
+        big = fmin(late, fmax(0, big - cap));
+        vals[nn - 1] -= big;
+        if (milp_add_row(&md->m, -cap - big, HUGE_VAL, nn, cols, vals) < 0) md->failed = true;
+        if (!ilp_push((void **)&md->frow, md->nfrow, &md->cap_frow, sizeof(Fifo))) {
+          md->failed = true;
+          goto out;
+        }
+        md->frow[md->nfrow++] = (Fifo){stream, i0, it, b, cap};
+      }
+    }
+  }
+  md->queue_rows[1] = md->m.nrows;
+  md->queue_nnz = md->m.nnz - nnz0;
+  if (!group_by_op(md->frow, md->nfrow, sizeof *md->frow, offsetof(Fifo, b), n, &md->frow_first, &md->frow_by_b)) {
+    md->failed = true;
+    goto out;
+  }
+  for (int t = 0; t < nt; t++) {
+    if (md->colO[t] < 0) continue;
+    int p = g->tensors[t].producer, f = g->tensors[t].first_bwd_read;
+    double late = round_trip_late(md, t);
+    /* Q[f] - Q[p-1] >= late * O: at O = 0 or 1 the same as >= copies * O -
+     * cap, and at a fraction no weaker (the hull of the two points). */
+    if (late <= 0) continue;
+    int k = 0;
+    cols[k] = md->col_q[f], vals[k++] = 1;
+    if (p) cols[k] = md->col_q[p - 1], vals[k++] = -1;
+    cols[k] = md->colO[t], vals[k++] = -late;
+    if (milp_add_row(&md->m, 0, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+  }
+out:
+  free(cols), free(vals), free(due_of);
+}
+
+/* ------------------------------------------------------------ a decision vector's stalls */
+
+/* The offloaded tensors of one decision vector, per stream: by due op
+ * (due_list's order: [due_first[b], due_first[b + 1]) of due) and in queue
+ * order (the copy times of those before queue position k start at
+ * queued_first[k]), so that the sums below walk only copies that happen,
+ * in the order the full walks would add them. */
+typedef struct Offloaded {
+  int *due_first[2], *due[2];
+  int *queued_first[2];
+  double *queued_us[2];
+} Offloaded;
+
+static bool offloaded_of(const Ilp *md, const Decision *dec, Offloaded *o) {
+  int n = md->g->nops;
+  bool ok = true;
+  for (int s = 0; s < 2; s++) {
+    int nf = md->nfifo[s], nd = md->due_first[s][n];
+    o->due_first[s] = util_xcalloc((size_t)n + 1, sizeof(int));
+    o->due[s] = util_xcalloc((size_t)nd + 1, sizeof(int));
+    o->queued_first[s] = util_xcalloc((size_t)nf + 1, sizeof(int));
+    o->queued_us[s] = util_xcalloc((size_t)nf + 1, sizeof(double));
+    if (!o->due_first[s] || !o->due[s] || !o->queued_first[s] || !o->queued_us[s]) {
+      ok = false;
+      continue;
+    }
+    int m = 0;
+    for (int b = 0; b < n; b++) {
+      o->due_first[s][b] = m;
+      for (int k = md->due_first[s][b]; k < md->due_first[s][b + 1]; k++)
+        if (dec[md->due_list[s][k]] == DEC_OFFLOAD) o->due[s][m++] = md->due_list[s][k];
+    }
+    o->due_first[s][n] = m;
+    m = 0;
+    for (int k = 0; k < nf; k++) {
+      o->queued_first[s][k] = m;
+      if (dec[md->fifo[s][k]] == DEC_OFFLOAD) o->queued_us[s][m++] = md->copy_us[s][md->fifo[s][k]];
+    }
+    o->queued_first[s][nf] = m;
+  }
+  return ok;
+}
+
+static void offloaded_free(Offloaded *o) {
+  for (int s = 0; s < 2; s++) free(o->due_first[s]), free(o->due[s]), free(o->queued_first[s]), free(o->queued_us[s]);
+}
+
+/* Q for one decision vector: the least the rows allow (windows, round
+ * trips and queue rows, each a bound of the FIFO streams), raised to what
+ * the streams actually do: each runs its copies in queue order, a prefetch
+ * also waits for its own offload, and an offloaded copy's lateness at its
+ * due op is a stall there. The rows are bounds, so the stalls the model
+ * reports for a plan are the queues' own (docs/PLANNING.md 4). parts
+ * selects the rows, the queues or both (the test hook compares the two). */
+void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
+  const Graph *g = md->g;
+  int n = g->nops, nt = g->ntensors;
+  if (!md->col_q) return;
+  double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *finish = util_xcalloc(2 * (size_t)nt + 1, sizeof(double));
+  Offloaded off = {0};
+  if (!q || !finish || !offloaded_of(md, dec, &off)) {
+    free(q), free(finish), offloaded_free(&off);
+    return;
+  }
+  /* The running sums C of each window start, then Q[b] as the largest
+   * Q[a-1] + C - cap over the windows and round trips ending at b. */
+  double cval = 0;
+  int last_a = -1, last_s = -1;
+  for (int i = 0; i < md->nwin; i++) {
+    const Window *w = &md->win[i];
+    if (w->a != last_a || w->stream != last_s) cval = 0, last_a = w->a, last_s = w->stream;
+    for (int k = off.due_first[w->stream][w->b0]; k < off.due_first[w->stream][w->b + 1]; k++) {
+      int t = off.due[w->stream][k];
+      if (ilp_issue_op(md, w->stream, t) >= w->a) cval += md->copy_us[w->stream][t];
+    }
+    x[w->col] = cval;
+  }
+  int next[2] = {0, 0};
+  double busy[2] = {0, 0}; /* when each stream is done with its queue so far */
+  for (int b = 0; b < n; b++) {
+    double v = b ? q[b - 1] : 0;
+    for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
+      for (; next[stream] < md->nfifo[stream] && ilp_issue_op(md, stream, md->fifo[stream][next[stream]]) == b; next[stream]++) {
+        int t = md->fifo[stream][next[stream]];
+        if (dec[t] != DEC_OFFLOAD) continue;
+        double start = fmax(busy[stream], issue_time(md, stream, b) + v);
+        if (stream) start = fmax(start, finish[t]);
+        finish[stream * nt + t] = busy[stream] = start + md->copy_us[stream][t];
+      }
+    for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
+      for (int k = off.due_first[stream][b]; k < off.due_first[stream][b + 1]; k++)
+        v = fmax(v, finish[stream * nt + off.due[stream][k]] - due_time(md, stream, b));
+    if (!(parts & STALL_ROWS)) {
+      q[b] = x[md->col_q[b]] = v;
+      continue;
+    }
+    for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
+      const Window *w = &md->win[md->win_by_b[i]];
+      double base = w->a ? q[w->a - 1] : 0;
+      if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
+    }
+    for (int k = off.due_first[1][b]; k < off.due_first[1][b + 1]; k++) {
+      int t = off.due[1][k], p = g->tensors[t].producer;
+      v = fmax(v, (p ? q[p - 1] : 0) + round_trip_late(md, t));
+    }
+    for (int i = md->frow_first[b]; i < md->frow_first[b + 1]; i++) {
+      const Fifo *f = &md->frow[md->frow_by_b[i]];
+      const int *fq = md->fifo[f->stream];
+      if (dec[fq[f->it]] != DEC_OFFLOAD) continue;
+      int a = f->stream ? md->issue_at[fq[f->i0]] : g->tensors[fq[f->i0]].producer;
+      double sum = 0;
+      for (int k = off.queued_first[f->stream][f->i0]; k < off.queued_first[f->stream][f->it + 1]; k++)
+        sum += off.queued_us[f->stream][k];
+      double base = a ? q[a - 1] : 0;
+      if (base + sum - f->cap > v) v = base + sum - f->cap;
+    }
+    q[b] = v;
+    x[md->col_q[b]] = v;
+  }
+  free(q), free(finish), offloaded_free(&off);
+}
