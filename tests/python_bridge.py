@@ -6,6 +6,9 @@ per check; tests/t_python_bridge.sh counts them.
 Checks, per model:
 - the graph's stashed bytes (`ration info`) equal the bytes of the distinct
   storages autograd saves in a plain step (params and inputs aside);
+- the checkpoint-layers plan of the exported graph keeps exactly the bytes
+  per-block checkpointing holds (the blocks' inputs and what autograd saves
+  outside the blocks): export names the blocks' ops as layers;
 - per plan: the grads of a step with the plan applied equal plain
   training's bitwise (on the CPU a recomputed tensor comes from the same
   kernel on the same inputs, and an offloaded one is a copy); the device
@@ -49,6 +52,43 @@ def plain_saved_bytes(model, inputs, loss_fn, targets):
     return sum(saved.values())
 
 
+def checkpointed_bytes(model, inputs, loss_fn, targets, blocks):
+    """Bytes of the distinct storages per-block torch.utils.checkpoint holds
+    for backward: each block's tensor inputs, and what autograd saves outside
+    the blocks (params, buffers, inputs and targets aside, as above). Counted
+    by its definition, with hooks: torch 1.13's checkpoint holds a block's
+    inputs in a closure that no saved-tensor hook sees."""
+    resident = {storage_key(t) for t in list(model.parameters()) + list(model.buffers()) + list(inputs) + list(targets)}
+    held, depth = {}, [0]
+
+    def hold(t):
+        if isinstance(t, torch.Tensor) and t.numel() and t.dtype != torch.float64 and storage_key(t) not in resident:
+            held[storage_key(t)] = storage_nbytes(t)
+
+    def enter(mod, args):
+        if depth[0] == 0:
+            for a in args:
+                hold(a)
+        depth[0] += 1
+
+    def leave(mod, args, out):
+        depth[0] -= 1
+
+    def pack(t):
+        if depth[0] == 0:
+            hold(t)
+        return t
+    handles = [h for b in blocks for h in (b.register_forward_pre_hook(enter), b.register_forward_hook(leave))]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(model(*inputs))
+    finally:
+        for h in handles:
+            h.remove()
+    del loss
+    return sum(held.values())
+
+
 def grads_of_step(model, inputs, loss_fn, plan=None):
     model.zero_grad(set_to_none=True)
     if plan is None:
@@ -79,6 +119,9 @@ PLANS = {
 }
 
 
+BLOCKS = {"gpt2": "h", "llama": "layers", "dit": "blocks"}
+
+
 def run_model(name):
     model, inputs, loss_fn, targets = torch_models.build(name)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -99,6 +142,12 @@ def run_model(name):
               [o["name"] for o in graph.data["ops"]] and p.data["predicted"]["step_seconds"] > 0,
               f"{name}: export(profile=True) gives every op of the same graph its measured time_us "
               f"({sum(o['time_us'] for o in ops) / 1e3:.1f} ms in all), and ration plans with them")
+
+    layers = ration_torch.plan(graph, device="cpu", strategy="checkpoint-layers").bytes_by_decision()["keep"]
+    blocks = getattr(model, BLOCKS[name])
+    per_block = checkpointed_bytes(model, inputs, loss_fn, targets, blocks)
+    check(layers == per_block, f"{name}: checkpoint-layers keeps {layers} B = what checkpointing each of the "
+          f"{len(blocks)} blocks holds ({per_block} B)")
 
     ref, _ = grads_of_step(model, inputs, loss_fn)
     for device, budget, strategy in PLANS[name]:
