@@ -10,7 +10,8 @@ decision for it is carried out:
   recompute  nothing is held; unpacking re-runs the aten ops that made it,
              from the kept, offloaded or resident tensors they read (each
              forward op's function and arguments are taped as it runs,
-             with activations taped by name, not held).
+             with activations taped by name, not held), each op once in a
+             step, as ration's schedule family does.
 On the CPU a re-run op is the same kernel on the same inputs, so the
 gradients are bitwise those of plain training.
 """
@@ -38,8 +39,9 @@ class _Step:
         self.producer = {}          # activation name -> forward op index
         self.kept = {}              # name -> a saved tensor over its storage
         self.host = {}              # name -> (host copy of its storage, copy event or None)
-        self.cache = {}             # name -> re-made storage, while more unpacks want it
-        self.pending = Counter()    # name -> unpacks still to come
+        self.regen = {}             # name -> re-made or fetched-back storage, while it has uses
+        self.uses = Counter()       # name -> unpacks and re-run reads still to come
+        self.reruns_counted = False
         self.kept_storages = set()
         self.saved_bytes = 0        # device bytes autograd holds for this step's backward
         self.offloaded_bytes = 0    # host bytes holding offloaded storages
@@ -201,7 +203,7 @@ class apply:
             if decision is None:
                 raise PlanMismatch(f"autograd saved {name}, which the plan's graph does not stash; "
                                    f"export and plan again")
-            step.pending[name] += 1
+            step.uses[name] += 1
             if decision == "keep":
                 key = storage_key(t)
                 if key not in step.kept_storages:
@@ -225,40 +227,67 @@ class apply:
         tr = self.tracer
         tr.paused = True
         try:
-            holder = rest if decision == "keep" else self._resolve(step, name, {})
-            step.pending[name] -= 1
-            if step.pending[name] > 0:
-                if decision != "keep":
-                    step.cache[name] = holder
+            if not step.reruns_counted:
+                self._count_reruns(step)
+            if decision == "keep":
+                out = rest
             else:
-                for d in (step.kept, step.cache, step.host):
-                    d.pop(name, None)
-            return holder if decision == "keep" else over_storage(holder, rest)
+                out = over_storage(self._fetch(step, name), rest)
+            self._used(step, name)
+            return out
         finally:
             tr.paused = False
 
-    def _resolve(self, step, name, memo):
-        """A tensor over name's storage: the kept one, the offloaded one
-        fetched back, or the producing op re-run (its inputs resolved the
-        same way)."""
-        for d in (memo, step.kept, step.cache):
+    def _count_reruns(self, step):
+        """Once the backward begins: the forward ops it will re-run, each once
+        (ration's schedule family): the producers of the recomputed tensors
+        autograd saved and, in turn, of the activations they read that are
+        neither kept nor offloaded. Each re-run's read is a use, so a tensor
+        (kept, fetched back or re-made) lives until its last unpack or re-run
+        read, as in the plan."""
+        todo = [n for n in step.uses if n not in step.kept and n not in step.host]
+        rerun = set()
+        while todo:
+            i = step.producer[todo.pop()]
+            if i in rerun:
+                continue
+            rerun.add(i)
+            for n in dict.fromkeys(r[1] for r in step.tape[i][1] if r[0] == "act"):
+                step.uses[n] += 1
+                if n not in step.kept and n not in step.host:
+                    todo.append(n)
+        step.reruns_counted = True
+
+    def _fetch(self, step, name):
+        """A tensor over name's storage: the kept one, one re-made or
+        fetched back earlier, the offloaded one fetched back now, or one
+        re-made now by re-running its producer."""
+        for d in (step.kept, step.regen):
             if name in d:
                 return d[name]
         if name in step.host:
-            memo[name] = self._to_device(*step.host[name])
-            return memo[name]
-        func, refs, spec, out_names, inplace = step.tape[step.producer[name]]
-        vals = []
+            step.regen[name] = self._to_device(*step.host[name])
+        else:
+            self._rerun(step, step.producer[name])
+        return step.regen[name]
+
+    def _rerun(self, step, i):
+        """Re-runs forward op i; keeps the outputs that have uses to come
+        (an output kept or offloaded is that copy's, so a re-made one is
+        transient) and lets go of the inputs it was the last reader of."""
+        func, refs, spec, out_names, inplace = step.tape[i]
+        vals, read = [], []
         for r in refs:
             if r[0] == "val":
                 vals.append(r[1])
             elif r[0] == "meta":
                 vals.append(torch.empty_strided(r[1], r[2], dtype=r[3], device=r[4]))
             else:
-                base = self._resolve(step, r[1], memo)
+                base = self._fetch(step, r[1])
+                read.append(r[1])
                 if inplace:
                     # the op writes its argument: write a copy, never a tensor
-                    # that autograd or a later replay still reads
+                    # that autograd or a later re-run still reads
                     n = storage_nbytes(base) // base.element_size()
                     base = over_storage(base, ((n,), (1,), 0)).clone()
                 vals.append(over_storage(base, r[2]))
@@ -267,9 +296,17 @@ class apply:
             out = func(*args, **kwargs)
         step.replays += 1
         for o, n in zip(pytree.tree_flatten(out)[0], out_names):
-            if n is not None:
-                memo[n] = o
-        return memo[name]
+            if n is not None and step.uses[n] > 0 and n not in step.kept and n not in step.host:
+                step.regen[n] = o
+        for n in dict.fromkeys(read):
+            self._used(step, n)
+
+    @staticmethod
+    def _used(step, name):
+        step.uses[name] -= 1
+        if step.uses[name] <= 0:
+            for d in (step.kept, step.regen, step.host):
+                d.pop(name, None)
 
     def _to_host(self, flat):
         if not flat.is_cuda:
