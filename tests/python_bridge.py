@@ -14,11 +14,14 @@ Checks, per model:
   kernel on the same inputs, and an offloaded one is a copy); the device
   bytes the hooks held for backward equal the bytes of the tensors the plan
   keeps, and the host bytes those it offloads; the step re-runs exactly the
-  forward ops the plan re-runs, each once (ration's schedule family);
+  forward ops the plan re-runs, each once (ration's schedule family); every
+  offloaded tensor's copy back starts right after the backward op that the
+  plan's prefetch step follows, on a thread other than the step's;
 - a changed input shape and a changed model are refused with PlanMismatch.
 """
 import subprocess
 import sys
+import threading
 
 import torch
 
@@ -107,6 +110,20 @@ def planned_reruns(graph, plan):
     return rerun
 
 
+def planned_prefetches(graph, plan):
+    """Offloaded tensor -> how many backward ops run before the plan's
+    prefetch step of it, less one (the op it starts after; -1: none)."""
+    backward = {op["name"] for op in graph.data["ops"] if op["phase"] == "backward"}
+    tensor = {b["id"]: b["tensor"] for b in plan.data["buffers"]}
+    ran, out = 0, {}
+    for st in plan.data["steps"]:
+        if st["do"] == "compute" and not st.get("recompute"):
+            ran += st["op"] in backward
+        elif st["do"] == "prefetch" and plan.decisions.get(tensor[st["to"]]) == "offload":
+            out[tensor[st["to"]]] = ran - 1
+    return out
+
+
 def grads_of_step(model, inputs, loss_fn, plan=None):
     model.zero_grad(set_to_none=True)
     if plan is None:
@@ -181,14 +198,20 @@ def run_model(name):
         same = all(torch.equal(grads[n], ref[n]) for n in ref)
         step = run.last_step
         reruns = len(planned_reruns(graph, plan))
+        prefetches = planned_prefetches(graph, plan)
+        ahead = (step.prefetched == prefetches and len(prefetches) == counts["offload"]
+                 and (not prefetches or (step.copy_threads and threading.get_ident() not in step.copy_threads)))
         check(same and step.saved_bytes == by["keep"] and step.offloaded_bytes == by["offload"]
-              and step.replays == reruns,
+              and step.replays == reruns and ahead,
               f"{label}: keep/recompute/offload {counts['keep']}/{counts['recompute']}/{counts['offload']}, "
               f"grads bitwise equal to plain training, saved {step.saved_bytes} B = plan's kept bytes, "
               f"offloaded {step.offloaded_bytes} B = plan's, {step.replays} op re-runs = the {reruns} ops the "
-              f"plan re-runs",
+              f"plan re-runs" + (f", {len(prefetches)} copies back started at the plan's prefetches, on another "
+                                    f"thread" if prefetches else ""),
               f"grads equal {same}, saved {step.saved_bytes} vs {by['keep']}, "
-              f"offloaded {step.offloaded_bytes} vs {by['offload']}, re-runs {step.replays} vs {reruns}")
+              f"offloaded {step.offloaded_bytes} vs {by['offload']}, re-runs {step.replays} vs {reruns}, "
+              f"copies back started after {sorted(step.prefetched.items())}, planned {sorted(prefetches.items())}, "
+              f"on threads {step.copy_threads}")
     return model, inputs, loss_fn, plan
 
 
