@@ -17,4 +17,4 @@ cc -O2 -std=c11 -Wall -Wextra -Werror -shared -fPIC -o "$tmp/peak_malloc.so" ben
 # budgets/cpu.json has "unified_memory": true (the host is this RAM too),
 # so ration plans recompute there and never offload.
 OMP_NUM_THREADS=1 LD_PRELOAD="$tmp/peak_malloc.so" "$VENV/bin/python" bench/torch_memory.py "$(pwd)/bin/ration" "$STEPS" \
-  budgets/cpu.json "$@" 2>&1 | grep --line-buffered -v -i -e warn -e 'cpu = _conversion' -e gpuGetDeviceCount
+  budgets/cpu.json "$@" 2>&1 | grep --line-buffered -v -i -e warn -e 'cpu = _conversion' -e gpuGetDeviceCount -e 'No CUDA runtime'
