@@ -2,17 +2,18 @@
 memory against ration's plan applied (python/ration_torch), side by side in
 one run on the CPU: plain eager; per-layer torch.utils.checkpoint; the
 torch.compile min-cut partitioner at several activation_memory_budget
-values; ration plans at several budgets. Per row: the bytes autograd saves
-for backward (distinct storages, params and inputs aside), the heap's peak
+values; ration's checkpoint-layers plan and its plans at several budgets.
+Per row: the bytes autograd saves for backward (distinct storages, params,
+inputs and the loss's targets aside), the heap's peak
 over a forward and backward above what was held before it (bench/
 peak_malloc.c, preloaded: the CPU has no max_memory_allocated), and the
 median step.
 
 Run by bench/bench_torch_memory.sh (which builds the shim and the venv):
     python torch_memory.py RATION STEPS DEVICE.json [gpt2|llama|dit ...]
-DEVICE.json is the device ration plans for: on the CPU the host is the same
-memory, so the script's device makes copies prohibitively slow and plans
-recompute only.
+DEVICE.json is the device ration plans for: budgets/cpu.json, whose
+"unified_memory" (the host is the same RAM) makes ration plan recompute
+only.
 """
 import ctypes
 import os
@@ -33,7 +34,7 @@ from ration_torch._trace import storage_key, storage_nbytes  # noqa: E402
 RATION, STEPS, DEVICE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 MODELS = sys.argv[4:] or ["gpt2", "llama", "dit"]
 COMPILE_BUDGETS = [1.0, 0.5, 0.0]
-RATION_BUDGETS = ["100%", "80%", "60%", "40%", "smallest"]
+RATION_PLANS = ["checkpoint-layers", "100%", "80%", "60%", "40%", "smallest"]
 os.environ["RATION"] = RATION
 heap = ctypes.CDLL(None)
 heap.peak_malloc_peak.restype = heap.peak_malloc_current.restype = ctypes.c_int64
@@ -41,7 +42,8 @@ MiB = 1 << 20
 
 
 def build(name):
-    """The 6-layer, dim-384 configurations the issue measured, batch 4."""
+    """The 6-layer, dim-384 configurations the issue measured, batch 4:
+    (model, inputs, loss_fn, the targets loss_fn reads)."""
     torch.manual_seed(0)
     F = torch.nn.functional
     if name in ("gpt2", "llama"):
@@ -49,21 +51,23 @@ def build(name):
                  torch_models.Llama(vocab=256, seq=256, dim=384, heads=6, kv_heads=2, ffn=1024, layers=6))
         tokens = torch.randint(0, 256, (4, 257))
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        return model, (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return model, (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)), (y,)
     model = torch_models.DiT(channels=4, size=32, patch=2, dim=384, heads=6, layers=6)
     x, t, noise = torch.randn(4, 4, 32, 32), torch.randint(0, 1000, (4,)), torch.randn(4, 4, 32, 32)
-    return model, (x, t), lambda pred: F.mse_loss(pred, noise)
+    return model, (x, t), lambda pred: F.mse_loss(pred, noise), (noise,)
 
 
 def blocks_of(model):
     return max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
 
 
-def measure(model, inputs, loss_fn, forward=None, run=None):
+def measure(model, inputs, loss_fn, targets, forward=None, run=None):
     """(saved bytes, heap peak over the step, median step seconds) over STEPS
-    steps after a warm-up one; forward defaults to model."""
+    steps after a warm-up one; forward defaults to model. The targets are
+    held whatever the method, like the inputs (ration's graph has them as
+    inputs), so their bytes are not counted as saved."""
     forward = forward if forward is not None else model
-    resident = {storage_key(t) for t in list(model.parameters()) + list(model.buffers()) + list(inputs)}
+    resident = {storage_key(t) for t in list(model.parameters()) + list(model.buffers()) + list(inputs) + list(targets)}
     peaks, times, saved = [], [], {}
 
     def pack(t):
@@ -101,13 +105,13 @@ print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {STEPS} st
 print("| model | method | setting | saved MiB | peak MiB | step ms |")
 print("|---|---|---|---|---|---|")
 for name in MODELS:
-    model, inputs, loss_fn = build(name)
-    row(name, "eager", "-", measure(model, inputs, loss_fn))
+    model, inputs, loss_fn, targets = build(name)
+    row(name, "eager", "-", measure(model, inputs, loss_fn, targets))
     blocks = blocks_of(model)
     plain = [b.forward for b in blocks]
     for b, f in zip(blocks, plain):
         b.forward = lambda *a, _f=f: ckpt.checkpoint(_f, *a, use_reentrant=False)
-    row(name, "torch.utils.checkpoint", f"every block ({len(blocks)})", measure(model, inputs, loss_fn))
+    row(name, "torch.utils.checkpoint", f"every block ({len(blocks)})", measure(model, inputs, loss_fn, targets))
     for b, f in zip(blocks, plain):
         b.forward = f
     import torch._functorch.config as functorch_config
@@ -115,10 +119,12 @@ for name in MODELS:
         torch._dynamo.reset()
         functorch_config.activation_memory_budget = budget
         compiled = torch.compile(model)
-        row(name, "torch.compile", f"activation_memory_budget {budget}", measure(model, inputs, loss_fn, compiled))
+        row(name, "torch.compile", f"activation_memory_budget {budget}",
+            measure(model, inputs, loss_fn, targets, compiled))
     torch._dynamo.reset()
     graph = ration_torch.export(model, inputs, loss_fn)
-    for budget in RATION_BUDGETS:
+    for setting in RATION_PLANS:
+        budget, strategy = (None, setting) if setting == "checkpoint-layers" else (setting, None)
         try:
             if budget == "smallest":  # as ration names it when asked for one byte
                 try:
@@ -128,13 +134,12 @@ for name in MODELS:
                     if not least:
                         raise
                     budget = int(least.group(1))
-            plan = ration_torch.plan(graph, device=DEVICE, budget=budget)
+                    setting = f"smallest, {budget / MiB:.1f} MiB"
+            plan = ration_torch.plan(graph, device=DEVICE, budget=budget, strategy=strategy)
         except ration_torch.PlanError as e:
-            print(f"| {name} | ration | {budget} | no plan: {e} | | |")
+            print(f"| {name} | ration | {setting} | no plan: {e} | | |")
             continue
         by = plan.bytes_by_decision()
         with ration_torch.apply(model, plan) as run:
-            m = measure(model, inputs, loss_fn, run=run)
-        if isinstance(budget, int):
-            budget = f"smallest, {budget / MiB:.1f} MiB"
-        row(name, "ration plan", f"{budget}: keep {by['keep'] / MiB:.1f}, recompute {by['recompute'] / MiB:.1f} MiB", m)
+            m = measure(model, inputs, loss_fn, targets, run=run)
+        row(name, "ration plan", f"{setting}: keep {by['keep'] / MiB:.1f}, recompute {by['recompute'] / MiB:.1f} MiB", m)

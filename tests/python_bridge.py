@@ -6,15 +6,22 @@ per check; tests/t_python_bridge.sh counts them.
 Checks, per model:
 - the graph's stashed bytes (`ration info`) equal the bytes of the distinct
   storages autograd saves in a plain step (params and inputs aside);
+- the checkpoint-layers plan of the exported graph keeps exactly the bytes
+  per-block checkpointing holds (the blocks' inputs and what autograd saves
+  outside the blocks): export names the blocks' ops as layers;
 - per plan: the grads of a step with the plan applied equal plain
   training's bitwise (on the CPU a recomputed tensor comes from the same
   kernel on the same inputs, and an offloaded one is a copy); the device
   bytes the hooks held for backward equal the bytes of the tensors the plan
-  keeps, and the host bytes those it offloads;
+  keeps, and the host bytes those it offloads; the step re-runs exactly the
+  forward ops the plan re-runs, each once (ration's schedule family); every
+  offloaded tensor's copy back starts right after the backward op that the
+  plan's prefetch step follows, on a thread other than the step's;
 - a changed input shape and a changed model are refused with PlanMismatch.
 """
 import subprocess
 import sys
+import threading
 
 import torch
 
@@ -49,6 +56,74 @@ def plain_saved_bytes(model, inputs, loss_fn, targets):
     return sum(saved.values())
 
 
+def checkpointed_bytes(model, inputs, loss_fn, targets, blocks):
+    """Bytes of the distinct storages per-block torch.utils.checkpoint holds
+    for backward: each block's tensor inputs, and what autograd saves outside
+    the blocks (params, buffers, inputs and targets aside, as above). Counted
+    by its definition, with hooks: torch 1.13's checkpoint holds a block's
+    inputs in a closure that no saved-tensor hook sees."""
+    resident = {storage_key(t) for t in list(model.parameters()) + list(model.buffers()) + list(inputs) + list(targets)}
+    held, depth = {}, [0]
+
+    def hold(t):
+        if isinstance(t, torch.Tensor) and t.numel() and t.dtype != torch.float64 and storage_key(t) not in resident:
+            held[storage_key(t)] = storage_nbytes(t)
+
+    def enter(mod, args):
+        if depth[0] == 0:
+            for a in args:
+                hold(a)
+        depth[0] += 1
+
+    def leave(mod, args, out):
+        depth[0] -= 1
+
+    def pack(t):
+        if depth[0] == 0:
+            hold(t)
+        return t
+    handles = [h for b in blocks for h in (b.register_forward_pre_hook(enter), b.register_forward_hook(leave))]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(model(*inputs))
+    finally:
+        for h in handles:
+            h.remove()
+    del loss
+    return sum(held.values())
+
+
+def planned_reruns(graph, plan):
+    """The forward ops a plan re-runs in ration's family, from the graph: the
+    producers of the tensors it recomputes and, in turn, of the activations
+    they read that it neither keeps nor offloads."""
+    producer = {n: op for op in graph.data["ops"] if op["phase"] == "forward" for n in op["outputs"]}
+    stays = {n for n, d in plan.decisions.items() if d != "recompute"}
+    todo = [n for n, d in plan.decisions.items() if d == "recompute"]
+    rerun = set()
+    while todo:
+        op = producer[todo.pop()]
+        if op["name"] in rerun:
+            continue
+        rerun.add(op["name"])
+        todo += [n for n in op["inputs"] if "kind" not in graph.tensors[n] and n not in stays]
+    return rerun
+
+
+def planned_prefetches(graph, plan):
+    """Offloaded tensor -> how many backward ops run before the plan's
+    prefetch step of it, less one (the op it starts after; -1: none)."""
+    backward = {op["name"] for op in graph.data["ops"] if op["phase"] == "backward"}
+    tensor = {b["id"]: b["tensor"] for b in plan.data["buffers"]}
+    ran, out = 0, {}
+    for st in plan.data["steps"]:
+        if st["do"] == "compute" and not st.get("recompute"):
+            ran += st["op"] in backward
+        elif st["do"] == "prefetch" and plan.decisions.get(tensor[st["to"]]) == "offload":
+            out[tensor[st["to"]]] = ran - 1
+    return out
+
+
 def grads_of_step(model, inputs, loss_fn, plan=None):
     model.zero_grad(set_to_none=True)
     if plan is None:
@@ -79,6 +154,9 @@ PLANS = {
 }
 
 
+BLOCKS = {"gpt2": "h", "llama": "layers", "dit": "blocks"}
+
+
 def run_model(name):
     model, inputs, loss_fn, targets = torch_models.build(name)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -100,6 +178,12 @@ def run_model(name):
               f"{name}: export(profile=True) gives every op of the same graph its measured time_us "
               f"({sum(o['time_us'] for o in ops) / 1e3:.1f} ms in all), and ration plans with them")
 
+    layers = ration_torch.plan(graph, device="cpu", strategy="checkpoint-layers").bytes_by_decision()["keep"]
+    blocks = getattr(model, BLOCKS[name])
+    per_block = checkpointed_bytes(model, inputs, loss_fn, targets, blocks)
+    check(layers == per_block, f"{name}: checkpoint-layers keeps {layers} B = what checkpointing each of the "
+          f"{len(blocks)} blocks holds ({per_block} B)")
+
     ref, _ = grads_of_step(model, inputs, loss_fn)
     for device, budget, strategy in PLANS[name]:
         label = f"{name}: {strategy or 'ilp'}{' at ' + budget if budget else ''} on {device}"
@@ -113,12 +197,21 @@ def run_model(name):
         counts = {d: sum(v == d for v in plan.decisions.values()) for d in by}
         same = all(torch.equal(grads[n], ref[n]) for n in ref)
         step = run.last_step
-        check(same and step.saved_bytes == by["keep"] and step.offloaded_bytes == by["offload"],
+        reruns = len(planned_reruns(graph, plan))
+        prefetches = planned_prefetches(graph, plan)
+        ahead = (step.prefetched == prefetches and len(prefetches) == counts["offload"]
+                 and (not prefetches or (step.copy_threads and threading.get_ident() not in step.copy_threads)))
+        check(same and step.saved_bytes == by["keep"] and step.offloaded_bytes == by["offload"]
+              and step.replays == reruns and ahead,
               f"{label}: keep/recompute/offload {counts['keep']}/{counts['recompute']}/{counts['offload']}, "
               f"grads bitwise equal to plain training, saved {step.saved_bytes} B = plan's kept bytes, "
-              f"offloaded {step.offloaded_bytes} B = plan's, {step.replays} ops re-run",
+              f"offloaded {step.offloaded_bytes} B = plan's, {step.replays} op re-runs = the {reruns} ops the "
+              f"plan re-runs" + (f", {len(prefetches)} copies back started at the plan's prefetches, on another "
+                                    f"thread" if prefetches else ""),
               f"grads equal {same}, saved {step.saved_bytes} vs {by['keep']}, "
-              f"offloaded {step.offloaded_bytes} vs {by['offload']}")
+              f"offloaded {step.offloaded_bytes} vs {by['offload']}, re-runs {step.replays} vs {reruns}, "
+              f"copies back started after {sorted(step.prefetched.items())}, planned {sorted(prefetches.items())}, "
+              f"on threads {step.copy_threads}")
     return model, inputs, loss_fn, plan
 
 

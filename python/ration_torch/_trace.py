@@ -167,6 +167,9 @@ class Tracer(TorchDispatchMode):
         self.by_storage = {}     # storage data_ptr -> name of the tensor living there
         self.ops = []
         self.counts = {"forward": 0, "backward": 0, "optimizer": 0}
+        self.layer = None        # index of the layer call running, None outside layers
+        self.layer_depth = 0     # its module's depth in module_stack
+        self.layer_calls = 0
         self.saved = set()       # forward activations autograd saved
         self.unpacked = []       # saved activations unpacked since the last backward op
         self.n_external = 0
@@ -220,12 +223,25 @@ class Tracer(TorchDispatchMode):
         if self.phase is not None:
             self.record(func, args, kwargs, out, elapsed)
 
+    def op_name(self, phase, short):
+        """`l<k>.f<i>-<module>.<op>` for the i-th forward op when it runs in
+        the k-th layer call, `f<i>-<module>.<op>` outside layers, `b<i>.<op>`
+        and `o<i>.<op>` after the forward. The planner's checkpoint-layers
+        and sqrt-n read a leading `<letters><digits>.` as the op's layer, so
+        only layer ops may start that way (`f<i>-` does not)."""
+        i = self.counts[phase]
+        if phase != "forward":
+            return f"{phase[0]}{i}.{short}"
+        module = f"{self.module_stack[-1]}." if self.module_stack else ""
+        layer = f"l{self.layer}." if self.layer is not None else ""
+        return f"{layer}f{i}-{module}{short}"
+
     def record(self, func, args, kwargs, out, elapsed):
         """Classifies one op; returns its OpRecord, or None when it makes no
         graph op (a view, a metadata query, an op on empty tensors)."""
         short = func.overloadpacket.__name__
         phase = self.phase
-        opname = f"{phase[0]}{self.counts[phase]}{'.' + self.module_stack[-1] if self.module_stack and phase == 'forward' else ''}.{short}"
+        opname = self.op_name(phase, short)
         if phase == "forward" and short in _RANDOM:
             raise TraceError(f"{opname}: {func} draws random numbers, and recomputing it would draw "
                              f"different ones; trace with dropout and other random ops off")
@@ -311,20 +327,44 @@ class Tracer(TorchDispatchMode):
         return name
 
 
+def layer_modules(model):
+    """The model's layers: the elements of its longest nn.ModuleList (the
+    first of the longest), the blocks that per-block gradient checkpointing
+    wraps; of its longest nn.Sequential when it has no ModuleList (a
+    Sequential is as often a block's own MLP); none without either."""
+    for kind in (torch.nn.ModuleList, torch.nn.Sequential):
+        lists = [m for m in model.modules() if isinstance(m, kind) and m is not model]
+        if lists:
+            return list(max(lists, key=len))
+    return []
+
+
 class ModuleScope:
-    """Names forward ops by the module running them (forward hooks on every
-    submodule) and tells the tracer when the root module's forward begins."""
+    """Names forward ops by the module running them and by the layer call
+    they run in (forward hooks on every submodule), and tells the tracer
+    when the root module's forward begins."""
 
     def __init__(self, model, tracer, on_root_forward):
         self.handles = []
+        layers = {id(m) for m in layer_modules(model)}
+
+        def enter(name, is_layer):
+            tracer.module_stack.append(name)
+            if is_layer and tracer.layer is None:
+                tracer.layer, tracer.layer_depth = tracer.layer_calls, len(tracer.module_stack)
+                tracer.layer_calls += 1
+
+        def leave():
+            if tracer.layer is not None and len(tracer.module_stack) == tracer.layer_depth:
+                tracer.layer = None
+            tracer.module_stack.pop()
         for mname, m in model.named_modules():
             if m is model:
                 self.handles.append(m.register_forward_pre_hook(lambda mod, inp: on_root_forward(inp)))
                 continue
             self.handles.append(m.register_forward_pre_hook(
-                lambda mod, inp, n=mname: tracer.module_stack.append(n)))
-            self.handles.append(m.register_forward_hook(
-                lambda mod, inp, out: tracer.module_stack.pop() and None))
+                lambda mod, inp, n=mname, is_layer=id(m) in layers: enter(n, is_layer)))
+            self.handles.append(m.register_forward_hook(lambda mod, inp, out: leave()))
 
     def close(self):
         for h in self.handles:

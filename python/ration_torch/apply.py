@@ -5,24 +5,30 @@ tracer names it (the same names export gave the graph), and the plan's
 decision for it is carried out:
   keep       autograd holds the tensor, as without a plan;
   offload    its storage is copied to host memory (pinned, on a side
-             stream, on CUDA) and the device storage is let go; unpacking
-             copies it back;
+             stream, on CUDA; on a thread on the CPU) and the device
+             storage is let go; the copy back starts where the plan's
+             prefetch step is (after the backward op before it, counted as
+             the backward runs), on another stream or thread, and the
+             unpack waits for it;
   recompute  nothing is held; unpacking re-runs the aten ops that made it,
              from the kept, offloaded or resident tensors they read (each
              forward op's function and arguments are taped as it runs,
-             with activations taped by name, not held).
+             with activations taped by name, not held), each op once in a
+             step, as ration's schedule family does.
 On the CPU a re-run op is the same kernel on the same inputs, so the
 gradients are bitwise those of plain training.
 """
 import hashlib
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.utils._pytree as pytree
 
-from ._trace import (_META_ONLY, _RESIDENT, _has_memory, ModuleScope, Tracer, check_torch_version,
-                     geometry, graph_shape, over_storage, register_step_residents, storage_key,
-                     storage_nbytes)
+from ._trace import (_META_ONLY, _RESIDENT, _has_memory, ModuleScope, TraceError, Tracer,
+                     check_torch_version, geometry, graph_shape, over_storage, register_step_residents,
+                     storage_key, storage_nbytes)
 
 
 class PlanMismatch(RuntimeError):
@@ -37,9 +43,15 @@ class _Step:
         self.tape = {}              # forward op index -> (func, arg refs, spec, out names, in place)
         self.producer = {}          # activation name -> forward op index
         self.kept = {}              # name -> a saved tensor over its storage
-        self.host = {}              # name -> (host copy of its storage, copy event or None)
-        self.cache = {}             # name -> re-made storage, while more unpacks want it
-        self.pending = Counter()    # name -> unpacks still to come
+        self.host = {}              # name -> the offload copy's handle (_Copies)
+        self.fetching = {}          # name -> the copy back's handle, from its start to its unpack
+        self.prefetched = {}        # name -> backward op after which its copy back started (None: at its unpack)
+        self.due = {}               # name -> backward op after which its copy back is due, before it is offloaded
+        self.copy_threads = set()   # the threads that copied (CPU)
+        self.in_sync = True         # the backward ops ran so far are the graph's
+        self.regen = {}             # name -> re-made or fetched-back storage, while it has uses
+        self.uses = Counter()       # name -> unpacks and re-run reads still to come
+        self.reruns_counted = False
         self.kept_storages = set()
         self.saved_bytes = 0        # device bytes autograd holds for this step's backward
         self.offloaded_bytes = 0    # host bytes holding offloaded storages
@@ -65,6 +77,7 @@ class _ApplyTracer(Tracer):
                                                 for a in pytree.tree_flatten((args, kwargs))[0])):
                 raise PlanMismatch(f"the forward runs on after the plan's {self.run.n_forward} forward ops "
                                    f"({func} is one more); export and plan again")
+            self._backward_op(func, args, kwargs, out)
             return
         rec = self.record(func, args, kwargs, out, None)
         if rec is None:
@@ -88,13 +101,30 @@ class _ApplyTracer(Tracer):
             step.producer[n] = i
         if len(self.ops) == self.run.n_forward:
             step.done = True
+            self.phase = "backward"
+            self.run.backward_op_ran(step, -1, None)
+
+    def _backward_op(self, func, args, kwargs, out):
+        """Counts the backward's graph ops as export named them, so that a
+        copy back starts where the plan's prefetch is."""
+        if not self.step.in_sync:
+            return
+        try:
+            rec = self.record(func, args, kwargs, out, None)
+        except TraceError:
+            rec = None
+            self.step.in_sync = False
+        if rec is not None:
+            self.run.backward_op_ran(self.step, self.counts["backward"] - 1, rec)
 
 
 class apply:
     """`with ration_torch.apply(model, plan) as run:` trains model as plan
     decided for every step run inside (each call of model starts one).
     run.last_step has what the last step measured: saved_bytes (device
-    bytes autograd held for backward), offloaded_bytes, replays."""
+    bytes autograd held for backward), offloaded_bytes, replays (forward
+    ops re-run), prefetched (offloaded tensor -> the backward op after
+    which its copy back started), copy_threads."""
 
     def __init__(self, model, plan):
         check_torch_version()
@@ -105,10 +135,12 @@ class apply:
         self.model, self.plan, self.graph = model, plan, plan.graph
         self.forward_ops = [op for op in plan.graph.data["ops"] if op["phase"] == "forward"]
         self.n_forward = len(self.forward_ops)
+        self.backward_types = [op["type"] for op in plan.graph.data["ops"] if op["phase"] == "backward"]
+        self.prefetch_after = _prefetch_points(plan)
         self._check_params()
         self.tracer = None
         self.last_step = None
-        self._copy_stream = None
+        self.copies = None
 
     def _check_params(self):
         seen = set()
@@ -147,6 +179,7 @@ class apply:
                                f"reading {want['inputs']} and writing {exp[3]}; export and plan again")
 
     def __enter__(self):
+        self.copies = _Copies()
         self.tracer = _ApplyTracer(self)
         self.scope = ModuleScope(self.model, self.tracer, self._begin_step)
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -159,7 +192,18 @@ class apply:
         self.tracer.__exit__(*exc)
         self.scope.close()
         self.tracer.step = None
+        self.copies.close()
         return False
+
+    def backward_op_ran(self, step, k, rec):
+        """Backward op k ran (-1: the forward is done): starts the copies
+        back that the plan's prefetch steps start next, while the backward
+        runs the graph's ops."""
+        if rec is not None and (k >= len(self.backward_types) or rec.type != self.backward_types[k]):
+            step.in_sync = False
+        if step.in_sync:
+            for name in self.prefetch_after.get(k, ()):
+                self._prefetch(step, name, k)
 
     def _begin_step(self, inputs):
         tr = self.tracer
@@ -201,7 +245,7 @@ class apply:
             if decision is None:
                 raise PlanMismatch(f"autograd saved {name}, which the plan's graph does not stash; "
                                    f"export and plan again")
-            step.pending[name] += 1
+            step.uses[name] += 1
             if decision == "keep":
                 key = storage_key(t)
                 if key not in step.kept_storages:
@@ -212,8 +256,10 @@ class apply:
             if decision == "offload" and name not in step.host:
                 n = storage_nbytes(t) // t.element_size()
                 flat = over_storage(t, ((n,), (1,), 0))
-                step.host[name] = self._to_host(flat)
-                step.offloaded_bytes += storage_nbytes(step.host[name][0])
+                step.host[name] = self.copies.offload(flat, step.copy_threads)
+                step.offloaded_bytes += storage_nbytes(flat)
+                if name in step.due:
+                    self._prefetch(step, name, step.due.pop(name))
             return (decision, step, name, geometry(t))
         finally:
             tr.paused = False
@@ -225,40 +271,68 @@ class apply:
         tr = self.tracer
         tr.paused = True
         try:
-            holder = rest if decision == "keep" else self._resolve(step, name, {})
-            step.pending[name] -= 1
-            if step.pending[name] > 0:
-                if decision != "keep":
-                    step.cache[name] = holder
+            if not step.reruns_counted:
+                self._count_reruns(step)
+            if decision == "keep":
+                out = rest
             else:
-                for d in (step.kept, step.cache, step.host):
-                    d.pop(name, None)
-            return holder if decision == "keep" else over_storage(holder, rest)
+                out = over_storage(self._fetch(step, name), rest)
+            self._used(step, name)
+            return out
         finally:
             tr.paused = False
 
-    def _resolve(self, step, name, memo):
-        """A tensor over name's storage: the kept one, the offloaded one
-        fetched back, or the producing op re-run (its inputs resolved the
-        same way)."""
-        for d in (memo, step.kept, step.cache):
+    def _count_reruns(self, step):
+        """Once the backward begins: the forward ops it will re-run, each once
+        (ration's schedule family): the producers of the recomputed tensors
+        autograd saved and, in turn, of the activations they read that are
+        neither kept nor offloaded. Each re-run's read is a use, so a tensor
+        (kept, fetched back or re-made) lives until its last unpack or re-run
+        read, as in the plan."""
+        todo = [n for n in step.uses if n not in step.kept and n not in step.host]
+        rerun = set()
+        while todo:
+            i = step.producer[todo.pop()]
+            if i in rerun:
+                continue
+            rerun.add(i)
+            for n in dict.fromkeys(r[1] for r in step.tape[i][1] if r[0] == "act"):
+                step.uses[n] += 1
+                if n not in step.kept and n not in step.host:
+                    todo.append(n)
+        step.reruns_counted = True
+
+    def _fetch(self, step, name):
+        """A tensor over name's storage: the kept one, one re-made or
+        fetched back earlier, the offloaded one fetched back now, or one
+        re-made now by re-running its producer."""
+        for d in (step.kept, step.regen):
             if name in d:
                 return d[name]
         if name in step.host:
-            memo[name] = self._to_device(*step.host[name])
-            return memo[name]
-        func, refs, spec, out_names, inplace = step.tape[step.producer[name]]
-        vals = []
+            self._prefetch(step, name, None)
+            step.regen[name] = self.copies.wait(step.fetching.pop(name))
+        else:
+            self._rerun(step, step.producer[name])
+        return step.regen[name]
+
+    def _rerun(self, step, i):
+        """Re-runs forward op i; keeps the outputs that have uses to come
+        (an output kept or offloaded is that copy's, so a re-made one is
+        transient) and lets go of the inputs it was the last reader of."""
+        func, refs, spec, out_names, inplace = step.tape[i]
+        vals, read = [], []
         for r in refs:
             if r[0] == "val":
                 vals.append(r[1])
             elif r[0] == "meta":
                 vals.append(torch.empty_strided(r[1], r[2], dtype=r[3], device=r[4]))
             else:
-                base = self._resolve(step, r[1], memo)
+                base = self._fetch(step, r[1])
+                read.append(r[1])
                 if inplace:
                     # the op writes its argument: write a copy, never a tensor
-                    # that autograd or a later replay still reads
+                    # that autograd or a later re-run still reads
                     n = storage_nbytes(base) // base.element_size()
                     base = over_storage(base, ((n,), (1,), 0)).clone()
                 vals.append(over_storage(base, r[2]))
@@ -267,16 +341,64 @@ class apply:
             out = func(*args, **kwargs)
         step.replays += 1
         for o, n in zip(pytree.tree_flatten(out)[0], out_names):
-            if n is not None:
-                memo[n] = o
-        return memo[name]
+            if n is not None and step.uses[n] > 0 and n not in step.kept and n not in step.host:
+                step.regen[n] = o
+        for n in dict.fromkeys(read):
+            self._used(step, n)
 
-    def _to_host(self, flat):
+    def _prefetch(self, step, name, k):
+        """Starts copying an offloaded tensor back, once, after backward op k
+        (None: at its unpack, the plan's prefetch not reached). A tensor the
+        last forward op made is saved after that op returns, so a copy back
+        due before it is offloaded starts when it is."""
+        if name not in step.host:
+            step.due[name] = k
+        elif name not in step.fetching and name not in step.regen:
+            step.fetching[name] = self.copies.prefetch(step.host[name], step.copy_threads)
+            step.prefetched[name] = k
+
+    @staticmethod
+    def _used(step, name):
+        step.uses[name] -= 1
+        if step.uses[name] <= 0:
+            for d in (step.kept, step.regen, step.host, step.fetching):
+                d.pop(name, None)
+
+
+def _prefetch_points(plan):
+    """Backward op index -> the offloaded tensors whose copy back the plan's
+    steps start right after that op (-1: before the backward's first op),
+    in the plan's order."""
+    buffers = {b["id"]: b for b in plan.data["buffers"]}
+    backward = {op["name"]: k for k, op in enumerate(o for o in plan.graph.data["ops"] if o["phase"] == "backward")}
+    points, last = {}, -1
+    for st in plan.data["steps"]:
+        if st["do"] == "compute" and not st.get("recompute") and st["op"] in backward:
+            last = backward[st["op"]]
+        elif st["do"] == "prefetch":
+            name = buffers[st["to"]]["tensor"]
+            if plan.decisions.get(name) == "offload":
+                points.setdefault(last, []).append(name)
+    return points
+
+
+class _Copies:
+    """The copies of offloaded tensors, off the compute path. On CUDA: a D2H
+    and an H2D stream ordered by events, into pinned host memory. On the
+    CPU: a thread each way, so that a copy overlaps the compute on the
+    calling thread (torch ops let go of the GIL while they run). offload
+    returns the host copy's handle, prefetch starts the copy back from it
+    and returns that copy's handle, wait gives the device tensor once it is
+    there (on CUDA: ordered before the compute stream's next work)."""
+
+    def __init__(self):
+        self.pools = {}     # "d2h" / "h2d" -> a one-thread executor (CPU)
+        self.streams = {}   # ("d2h" / "h2d", device) -> torch.cuda.Stream
+
+    def offload(self, flat, threads):
         if not flat.is_cuda:
-            return flat.clone(), None
-        if self._copy_stream is None:
-            self._copy_stream = torch.cuda.Stream(flat.device)
-        s = self._copy_stream
+            return ("cpu", self._pool("d2h").submit(_copy, flat, threads))
+        s = self._stream("d2h", flat.device)
         host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
         s.wait_stream(torch.cuda.current_stream(flat.device))
         with torch.cuda.stream(s):
@@ -284,12 +406,46 @@ class apply:
         flat.record_stream(s)  # the device bytes stay allocated until the copy is done
         done = torch.cuda.Event()
         done.record(s)
-        return host, (done, flat.device)
+        return ("cuda", host, done, flat.device)
+
+    def prefetch(self, held, threads):
+        if held[0] == "cpu":
+            return ("cpu", self._pool("h2d").submit(lambda: _copy(held[1].result(), threads)))
+        _, host, offloaded, device = held
+        s = self._stream("h2d", device)
+        s.wait_event(offloaded)
+        with torch.cuda.stream(s):
+            back = host.to(device, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(s)
+        return ("cuda", back, done)
 
     @staticmethod
-    def _to_device(host, copied):
-        if copied is None:
-            return host.clone()
-        done, device = copied
-        torch.cuda.current_stream(device).wait_event(done)
-        return host.to(device, non_blocking=True)
+    def wait(fetching):
+        if fetching[0] == "cpu":
+            return fetching[1].result()
+        _, back, done = fetching
+        compute = torch.cuda.current_stream(back.device)
+        compute.wait_event(done)
+        back.record_stream(compute)  # allocated on the H2D stream, read on this one
+        return back
+
+    def _pool(self, way):
+        if way not in self.pools:
+            self.pools[way] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ration-{way}")
+        return self.pools[way]
+
+    def _stream(self, way, device):
+        if (way, device) not in self.streams:
+            self.streams[(way, device)] = torch.cuda.Stream(device)
+        return self.streams[(way, device)]
+
+    def close(self):
+        for pool in self.pools.values():
+            pool.shutdown(wait=True)
+        self.pools = {}
+
+
+def _copy(t, threads):
+    threads.add(threading.get_ident())
+    return t.clone()
