@@ -595,7 +595,9 @@ static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
           (!dbias || dbias->numel == OC), "shapes do not match matmul's");
   if (a->backend_ctx) rt_fast_matmul_backward(a->backend_ctx, dx, dw, dy, x, w, N, C, OC);
   else matmul_backward(dx, dw, dy, x, w, N, C, OC);
-  if (dbias) {
+  if (dbias && a->backend_ctx) {
+    rt_fast_dbias(a->backend_ctx, dbias, dy, N, OC);
+  } else if (dbias) {
     Dbias k = {dbias, dy, N, OC};
     par_for(a, OC, N >= GRAIN ? 1 : GRAIN / N, matmul_dbias, &k);
   }

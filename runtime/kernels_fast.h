@@ -89,5 +89,7 @@ void rt_fast_add(rt_Pool *pool, const rt_View *y, const rt_View *a, const rt_Vie
 void rt_fast_gelu(rt_Pool *pool, const rt_View *y, const rt_View *x, const rt_View *dy, int64_t n);
 void rt_fast_swiglu(rt_Pool *pool, const rt_View *y, const rt_View *gu, const rt_View *dy, int64_t N, int64_t F);
 void rt_fast_adamw(rt_Pool *pool, const rt_AdamW *h, int64_t n);
+/* dbias += dy summed over its N rows of OC, rows in order (the reference's bits). */
+void rt_fast_dbias(rt_Pool *pool, const rt_View *dbias, const rt_View *dy, int64_t N, int64_t OC);
 
 #endif
