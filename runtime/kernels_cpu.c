@@ -780,12 +780,7 @@ static int k_attention_backward(const rt_KernelArgs *a, char *err, size_t errlen
 
 /* ------------------------------------------------------------------- rope */
 
-typedef struct {
-  const rt_View *out, *in;
-  const AttnShape *s;
-  double theta;
-  float sign;
-} Rope;
+typedef rt_Rope Rope;
 
 /* Rotates pairs (2i, 2i+1) of every q and k head at position t by
  * t * theta^(-2i/hd); the angle is formed in double. sign -1 applies the
@@ -820,6 +815,7 @@ static int rope_common(const rt_KernelArgs *a, char *err, size_t errlen, float s
   REQUIRE(s.hd % 2 == 0, "head dim %lld must be even", (long long)s.hd);
   REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "output must be float, shaped as input");
   Rope k = {&a->out[0], &a->in[0], &s, rt_attr(a, "theta", 10000.0), sign};
+  if (a->backend_ctx && rt_fast_rope(a->backend_ctx, &k) == 0) return 0;
   par_for(a, s.B * s.T, row_grain(s.row), rope_apply, &k);
   return 0;
 }

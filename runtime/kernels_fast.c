@@ -613,6 +613,45 @@ int rt_fast_crossentropy(rt_Pool *pool, const rt_CrossEntropy *k) {
   return 0;
 }
 
+/* ------------------------------------------------------------------- rope */
+
+/* Positions [t0, t1) of every sequence of the batch: a position's cos and
+ * sin once, then its rows. */
+static void rope_span(const void *ctx, int64_t t0, int64_t t1, float *scratch) {
+  const rt_Rope *k = ctx;
+  const rt_AttnShape *s = k->s;
+  int64_t hd = s->hd, half = hd / 2, nrot = s->NH + s->KVH, row = s->row;
+  float *cs = scratch, *sn = cs + half, *xb = sn + half, *yb = xb + row;
+  for (int64_t t = t0; t < t1; t++) {
+    for (int64_t i = 0; i < half; i++) {
+      double ang = (double)t * pow(k->theta, -(double)(2 * i) / (double)hd);
+      cs[i] = (float)cos(ang);
+      sn[i] = k->sign * (float)sin(ang);
+    }
+    for (int64_t b = 0; b < s->B; b++) {
+      int64_t o = (b * s->T + t) * row;
+      const float *x = load_f32(k->in, o, row, xb);
+      float *y = dst_f32(k->out, o, yb);
+      for (int64_t h = 0; h < nrot; h++)
+        for (int64_t i = 0; i < half; i++) {
+          float x0 = x[h * hd + 2 * i], x1 = x[h * hd + 2 * i + 1];
+          y[h * hd + 2 * i] = x0 * cs[i] - x1 * sn[i];
+          y[h * hd + 2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        }
+      memcpy(y + nrot * hd, x + nrot * hd, (size_t)(row - nrot * hd) * sizeof *y);
+      store_f32(k->out, o, y, row);
+    }
+  }
+}
+
+int rt_fast_rope(rt_Pool *pool, const rt_Rope *k) {
+  const rt_AttnShape *s = k->s;
+  if (s->hd + 2 * s->row > RT_POOL_SCRATCH_FLOATS) return 1;
+  int64_t per_position = s->B * s->row;
+  spans_run(pool, s->T, per_position >= FAST_GRAIN ? 1 : FAST_GRAIN / per_position, rope_span, k);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ adamw */
 
 /* Into the fresh P, M, V (scratch: the state's own memory may be read and

@@ -62,6 +62,14 @@ typedef struct rt_AdamW {
   float lr, beta1, beta2, eps, wd, bc1, bc2;
 } rt_AdamW;
 
+/* rope, or its backward (sign -1: the inverse rotation) */
+typedef struct rt_Rope {
+  const rt_View *out, *in;
+  const rt_AttnShape *s;
+  double theta;
+  float sign;
+} rt_Rope;
+
 /* Kernels' bodies once their arguments are checked, on POOL's threads. */
 void rt_fast_matmul_forward(rt_Pool *pool, const rt_View *y, const rt_View *x, const rt_View *w,
                             const rt_View *bias, int64_t N, int64_t C, int64_t OC);
@@ -89,6 +97,10 @@ void rt_fast_add(rt_Pool *pool, const rt_View *y, const rt_View *a, const rt_Vie
 void rt_fast_gelu(rt_Pool *pool, const rt_View *y, const rt_View *x, const rt_View *dy, int64_t n);
 void rt_fast_swiglu(rt_Pool *pool, const rt_View *y, const rt_View *gu, const rt_View *dy, int64_t N, int64_t F);
 void rt_fast_adamw(rt_Pool *pool, const rt_AdamW *h, int64_t n);
+/* rope with each position's angles computed once for all the batch (the
+ * reference's values, so its bits); 1 when a row does not fit a thread's
+ * scratch. */
+int rt_fast_rope(rt_Pool *pool, const rt_Rope *k);
 /* dbias += dy summed over its N rows of OC, rows in order (the reference's bits). */
 void rt_fast_dbias(rt_Pool *pool, const rt_View *dbias, const rt_View *dy, int64_t N, int64_t OC);
 
