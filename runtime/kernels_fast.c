@@ -103,7 +103,7 @@ static rt_View sub(const rt_View *v, int64_t off) {
 
 typedef struct {
   const rt_View *y, *x, *w, *bias, *dx, *dw, *dy;
-  int64_t N, C, OC, chunk, chunk_w, ntasks_x;
+  int64_t N, C, OC, chunk, chunk_w, ntasks_w;
 } Matmul;
 
 static void matmul_forward_task(void *arg, int64_t task, float *scratch) {
@@ -131,14 +131,16 @@ void rt_fast_matmul_forward(rt_Pool *pool, const rt_View *y, const rt_View *x, c
   rt_pool_run(pool, (N + k.chunk - 1) / k.chunk, matmul_forward_task, &k);
 }
 
-/* Tasks [0, ntasks_x) are row blocks of dx = dy w, the rest row blocks
- * of dw += dy^T x. */
+/* Tasks [0, ntasks_w) are row blocks of dw += dy^T x, the rest row blocks
+ * of dx = dy w: dw's blocks first, since they are fewer and often larger
+ * (a whole small dw against dx's row blocks), so that the threads that
+ * finish first share out dx's. */
 static void matmul_backward_task(void *arg, int64_t task, float *scratch) {
   const Matmul *k = arg;
   (void)scratch;
   int64_t N = k->N, C = k->C, OC = k->OC;
-  if (task < k->ntasks_x) {
-    int64_t r0 = task * k->chunk, m = N - r0 < k->chunk ? N - r0 : k->chunk;
+  if (task >= k->ntasks_w) {
+    int64_t r0 = (task - k->ntasks_w) * k->chunk, m = N - r0 < k->chunk ? N - r0 : k->chunk;
     if (all_f32(k->dy, k->w, k->dx)) {
       rt_sgemm(0, 0, m, C, OC, (const float *)k->dy->data + r0 * OC, OC, k->w->data, C, 0,
                (float *)k->dx->data + r0 * C);
@@ -149,7 +151,7 @@ static void matmul_backward_task(void *arg, int64_t task, float *scratch) {
     rt_gemm_ref(&dxs, 0, NULL, &A, &B, m, C, OC);
     return;
   }
-  int64_t o0 = (task - k->ntasks_x) * k->chunk_w, m = OC - o0 < k->chunk_w ? OC - o0 : k->chunk_w;
+  int64_t o0 = task * k->chunk_w, m = OC - o0 < k->chunk_w ? OC - o0 : k->chunk_w;
   if (all_f32(k->dy, k->x, k->dw)) {
     rt_sgemm(1, 0, m, C, N, (const float *)k->dy->data + o0, OC, k->x->data, C, 1, (float *)k->dw->data + o0 * C);
     return;
@@ -162,8 +164,8 @@ static void matmul_backward_task(void *arg, int64_t task, float *scratch) {
 void rt_fast_matmul_backward(rt_Pool *pool, const rt_View *dx, const rt_View *dw, const rt_View *dy,
                              const rt_View *x, const rt_View *w, int64_t N, int64_t C, int64_t OC) {
   Matmul k = {NULL, x, w, NULL, dx, dw, dy, N, C, OC, mm_chunk(N, OC, C), mm_chunk(OC, N, C), 0};
-  k.ntasks_x = dx ? (N + k.chunk - 1) / k.chunk : 0;
-  rt_pool_run(pool, k.ntasks_x + (dw ? (OC + k.chunk_w - 1) / k.chunk_w : 0), matmul_backward_task, &k);
+  k.ntasks_w = dw ? (OC + k.chunk_w - 1) / k.chunk_w : 0;
+  rt_pool_run(pool, k.ntasks_w + (dx ? (N + k.chunk - 1) / k.chunk : 0), matmul_backward_task, &k);
 }
 
 /* -------------------------------------------------------- vectorized loops */
@@ -713,7 +715,6 @@ static VEC_CLONES void attention_grad_row(float *restrict p, float *restrict dp,
     dp[u] = p[u] * (dp[u] - D) * scale;
   }
 }
-
 
 typedef struct {
   const rt_View *y, *qkv, *dy, *dqkv;
