@@ -3,7 +3,10 @@
 # model, batch and thread count, side by side in one run: for gpt2-tiny,
 # llama-tiny and gpt2-6l384 (6 layers, dim 384, seq 256, batch 4), at 1 and
 # 2 threads, the median step of ration keep-all, of ration's ilp plan at 60%
-# of the keep-all peak, and of bench/torch_model.py (PyTorch from PyPI, in
+# of the keep-all peak (or, where that is below the smallest budget the
+# planner names, `ration plan --budget 1`, at that smallest budget: the
+# "plan budget" column gives the budget as a share of keep-all and says
+# which), and of bench/torch_model.py (PyTorch from PyPI, in
 # a venv this script sets up in build/torch-venv: Debian's 1.13 has a
 # generic BLAS and is not what users run). Every figure of a row is
 # measured within a minute of the others; compare ratios, not runs.
@@ -30,12 +33,19 @@ build() { # schedule base path, binary
 ms() { sed -n 's/^step time: .* measured \([0-9.]*\) ms.*/\1/p'; }
 
 echo "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'), $(nproc) cores, $STEPS steps after a warm-up one"
-echo "| model | threads | ration keep-all ms | ration 60% (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | load |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| model | threads | ration keep-all ms | plan budget | ration plan (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | load |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
   m=$(basename "$g" .json)
   $R plan "$g" --device $DEV --strategy keep-all --budget 200% -o "$tmp/$m-k" >/dev/null
-  $R plan "$g" --device $DEV --budget 60% --time-limit 20 -o "$tmp/$m-p" >/dev/null
+  # 60% of keep-all, or the smallest budget the planner names when 60% is below it.
+  keep=$($R info "$g" --device $DEV | sed -n 's/^  keep-all .*(\([0-9]*\) bytes)$/\1/p')
+  smallest=$($R plan "$g" --device $DEV --budget 1 -o "$tmp/$m-b1" 2>&1 >/dev/null |
+    sed -n 's/.*the smallest budget planned is \([0-9]*\) bytes.*/\1/p')
+  if [ -z "$keep" ] || [ -z "$smallest" ]; then echo "$m: no keep-all peak or smallest budget" >&2; exit 1; fi
+  budget=$(echo "$keep $smallest" | awk '{ b = int($1 * 0.6); print (b < $2 ? $2 : b) }')
+  share=$(echo "$budget $keep $smallest" | awk '{ printf "%.2f%s", $1 / $2, $1 == $3 ? " (smallest)" : " (60%)" }')
+  $R plan "$g" --device $DEV --budget "$budget" --time-limit 20 -o "$tmp/$m-p" >/dev/null
   build "$tmp/$m-k" "$tmp/$m-k.train"
   build "$tmp/$m-p" "$tmp/$m-p.train"
   tokens=$(python3 -c "import json; t=[t for t in json.load(open('$g'))['tensors'] if t['name']=='tokens'][0]['shape']; print(t[0]*t[1])")
@@ -43,7 +53,7 @@ for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
     k=$("$tmp/$m-k.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
     p=$("$tmp/$m-p.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
     t=$("$VENV/bin/python" bench/torch_model.py "$g" $n "$STEPS" | sed -n 's/^median_ms //p')
-    echo "| $m | $n | $k | $p | $t | $(echo "$k $t" | awk '{ printf "%.2f", $1 / $2 }') |\
+    echo "| $m | $n | $k | $share | $p | $t | $(echo "$k $t" | awk '{ printf "%.2f", $1 / $2 }') |\
  $(echo "$tokens $k" | awk '{ printf "%.0f", $1 / ($2 / 1e3) }') | $(cut -d' ' -f1 /proc/loadavg) |"
   done
 done

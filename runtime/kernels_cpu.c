@@ -8,11 +8,12 @@
  * Each kernel checks its arguments once and computes through functions of
  * a range of rows, columns or elements. With no pool (backend_ctx NULL)
  * one call covers the whole range: these are the reference kernels, the
- * tests' oracle. With the CPU backend's pool the same functions run over
- * chunks that depend only on the shapes, on every thread the pool has, so
- * the results are the reference's bit for bit, except where the fast path
- * computes differently: matmul and attention in kernels_fast.c (BLAS),
- * gelu's tanh through expf.
+ * tests' oracle. With the CPU backend's pool the ops that dominate a step
+ * run their fast versions in kernels_fast.c (matmul and attention through
+ * BLAS; norms, gelu, swiglu, add, cross-entropy and adamw as vectorized
+ * loops), which differ from these by summation order and their exp; the
+ * others run these same functions over chunks that depend only on the
+ * shapes, on every thread the pool has, and give the reference's bits.
  */
 #include "kernels_fast.h"
 
@@ -227,12 +228,7 @@ static int k_embedding_backward(const rt_KernelArgs *a, char *err, size_t errlen
 
 /* layernorm and rmsnorm, forward and backward (y is dx in the backward,
  * b is db, and dw the weight's gradient); rmsnorm has no mean and no b. */
-typedef struct {
-  const rt_View *y, *x, *w, *b, *dy, *dw;
-  float *mean, *rstd;
-  int64_t N, C;
-  float eps;
-} Norm;
+typedef rt_Norm Norm;
 
 static void layernorm_forward(const void *ctx, int64_t n0, int64_t n1) {
   const Norm *k = ctx;
@@ -321,6 +317,7 @@ static int k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(w->numel == C && b->numel == C && y->numel == x->numel && mean->numel == N && rstd->numel == N,
           "shapes must be x,y [B,T,C], w,b [C], mean,rstd [B,T]");
   Norm k = {y, x, w, b, NULL, NULL, mean->data, rstd->data, N, C, (float)rt_attr(a, "eps", 1e-5)};
+  if (a->backend_ctx && rt_fast_norm_forward(a->backend_ctx, &k, 0) == 0) return 0;
   par_for(a, N, row_grain(C), layernorm_forward, &k);
   return 0;
 }
@@ -339,6 +336,7 @@ static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen
   REQUIRE(dy->numel == x->numel && (!dx || dx->numel == x->numel) && w->numel == C && (!dw || dw->numel == C) &&
           (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   Norm k = {dx, x, w, db, dy, dw, mean->data, rstd->data, N, C, 0.0f};
+  if (a->backend_ctx && rt_fast_norm_backward(a->backend_ctx, &k, 0) == 0) return 0;
   if (dx) par_for(a, N, row_grain(C), layernorm_backward_rows, &k);
   if (dw) par_for(a, C, N >= GRAIN ? 1 : GRAIN / N, layernorm_backward_cols, &k);
   return 0;
@@ -408,6 +406,7 @@ static int k_rmsnorm(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(w->numel == C && y->numel == x->numel && rstd->numel == N,
           "shapes must be x,y [B,T,C], w [C], rstd [B,T]");
   Norm k = {y, x, w, NULL, NULL, NULL, NULL, rstd->data, N, C, (float)rt_attr(a, "eps", 1e-5)};
+  if (a->backend_ctx && rt_fast_norm_forward(a->backend_ctx, &k, 1) == 0) return 0;
   par_for(a, N, row_grain(C), rmsnorm_forward, &k);
   return 0;
 }
@@ -424,6 +423,7 @@ static int k_rmsnorm_backward(const rt_KernelArgs *a, char *err, size_t errlen) 
   REQUIRE(dy->numel == x->numel && (!dx || dx->numel == x->numel) && w->numel == C && (!dw || dw->numel == C) &&
           rstd->numel == N, "shapes do not match rmsnorm's");
   Norm k = {dx, x, w, NULL, dy, dw, NULL, rstd->data, N, C, 0.0f};
+  if (a->backend_ctx && rt_fast_norm_backward(a->backend_ctx, &k, 1) == 0) return 0;
   if (dx) par_for(a, N, row_grain(C), rmsnorm_backward_rows, &k);
   if (dw) par_for(a, C, N >= GRAIN ? 1 : GRAIN / N, rmsnorm_backward_cols, &k);
   return 0;
@@ -595,7 +595,9 @@ static int k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
           (!dbias || dbias->numel == OC), "shapes do not match matmul's");
   if (a->backend_ctx) rt_fast_matmul_backward(a->backend_ctx, dx, dw, dy, x, w, N, C, OC);
   else matmul_backward(dx, dw, dy, x, w, N, C, OC);
-  if (dbias) {
+  if (dbias && a->backend_ctx) {
+    rt_fast_dbias(a->backend_ctx, dbias, dy, N, OC);
+  } else if (dbias) {
     Dbias k = {dbias, dy, N, OC};
     par_for(a, OC, N >= GRAIN ? 1 : GRAIN / N, matmul_dbias, &k);
   }
@@ -778,12 +780,7 @@ static int k_attention_backward(const rt_KernelArgs *a, char *err, size_t errlen
 
 /* ------------------------------------------------------------------- rope */
 
-typedef struct {
-  const rt_View *out, *in;
-  const AttnShape *s;
-  double theta;
-  float sign;
-} Rope;
+typedef rt_Rope Rope;
 
 /* Rotates pairs (2i, 2i+1) of every q and k head at position t by
  * t * theta^(-2i/hd); the angle is formed in double. sign -1 applies the
@@ -818,6 +815,7 @@ static int rope_common(const rt_KernelArgs *a, char *err, size_t errlen, float s
   REQUIRE(s.hd % 2 == 0, "head dim %lld must be even", (long long)s.hd);
   REQUIRE(is_float(&a->out[0]) && a->out[0].numel == a->in[0].numel, "output must be float, shaped as input");
   Rope k = {&a->out[0], &a->in[0], &s, rt_attr(a, "theta", 10000.0), sign};
+  if (a->backend_ctx && rt_fast_rope(a->backend_ctx, &k) == 0) return 0;
   par_for(a, s.B * s.T, row_grain(s.row), rope_apply, &k);
   return 0;
 }
@@ -835,23 +833,18 @@ static int k_rope_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
 /* Elementwise ops: y (dx in a backward) from x, and dy (or add's second
- * operand); N rows of F for swiglu. fast: gelu's tanh through expf. */
+ * operand); N rows of F for swiglu. */
 typedef struct {
   const rt_View *y, *x, *dy;
   int64_t F;
-  int fast;
 } Elem;
-
-/* tanh(u) = 1 - 2 / (1 + e^2u): within 2e-7 of tanhf, and about 5 times
- * faster than glibc's tanhf. */
-static float tanh_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
 
 static void gelu_forward(const void *ctx, int64_t i0, int64_t i1) {
   const Elem *k = ctx;
   for (int64_t i = i0; i < i1; i++) {
     float v = rt_load(k->x, i);
     float u = GELU_K * (v + 0.044715f * v * v * v);
-    rt_store(k->y, i, 0.5f * v * (1.0f + (k->fast ? tanh_exp(u) : tanhf(u))));
+    rt_store(k->y, i, 0.5f * v * (1.0f + tanhf(u)));
   }
 }
 
@@ -860,7 +853,7 @@ static void gelu_backward(const void *ctx, int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; i++) {
     float v = rt_load(k->x, i);
     float u = GELU_K * (v + 0.044715f * v * v * v);
-    float th = k->fast ? tanh_exp(u) : tanhf(u);
+    float th = tanhf(u);
     float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
     float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
     rt_store(k->y, i, rt_load(k->dy, i) * g);
@@ -872,7 +865,11 @@ static int k_gelu(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
   REQUIRE(is_float(&a->in[0]) && is_float(&a->out[0]) && a->in[0].numel == a->out[0].numel,
           "x and y must be float and the same size");
-  Elem k = {&a->out[0], &a->in[0], NULL, 0, a->backend_ctx != NULL};
+  if (a->backend_ctx) {
+    rt_fast_gelu(a->backend_ctx, &a->out[0], &a->in[0], NULL, a->in[0].numel);
+    return 0;
+  }
+  Elem k = {&a->out[0], &a->in[0], NULL, 0};
   par_for(a, a->in[0].numel, GRAIN, gelu_forward, &k);
   return 0;
 }
@@ -883,7 +880,11 @@ static int k_gelu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   int64_t n = a->in[1].numel;
   REQUIRE(is_float(&a->in[0]) && is_float(&a->in[1]) && is_float(&a->out[0]) &&
           a->in[0].numel == n && a->out[0].numel == n, "dy, x, dx must be float and the same size");
-  Elem k = {&a->out[0], &a->in[1], &a->in[0], 0, a->backend_ctx != NULL};
+  if (a->backend_ctx) {
+    rt_fast_gelu(a->backend_ctx, &a->out[0], &a->in[1], &a->in[0], n);
+    return 0;
+  }
+  Elem k = {&a->out[0], &a->in[1], &a->in[0], 0};
   par_for(a, n, GRAIN, gelu_backward, &k);
   return 0;
 }
@@ -921,7 +922,11 @@ static int k_swiglu(const rt_KernelArgs *a, char *err, size_t errlen) {
   int64_t F = last_dim(y), N = F ? y->numel / F : 0;
   REQUIRE(is_float(gu) && is_float(y) && last_dim(gu) == 2 * F && gu->numel == 2 * y->numel,
           "gu must be float [.., 2F] and y [.., F]");
-  Elem k = {y, gu, NULL, F, 0};
+  if (a->backend_ctx) {
+    rt_fast_swiglu(a->backend_ctx, y, gu, NULL, N, F);
+    return 0;
+  }
+  Elem k = {y, gu, NULL, F};
   par_for(a, N, row_grain(F), swiglu_forward, &k);
   return 0;
 }
@@ -933,7 +938,11 @@ static int k_swiglu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   int64_t F = last_dim(dy), N = F ? dy->numel / F : 0;
   REQUIRE(is_float(dy) && is_float(gu) && is_float(dgu) && last_dim(gu) == 2 * F &&
           gu->numel == 2 * dy->numel && dgu->numel == gu->numel, "dy [.., F], gu and dgu [.., 2F], float");
-  Elem k = {dgu, gu, dy, F, 0};
+  if (a->backend_ctx) {
+    rt_fast_swiglu(a->backend_ctx, dgu, gu, dy, N, F);
+    return 0;
+  }
+  Elem k = {dgu, gu, dy, F};
   par_for(a, N, row_grain(F), swiglu_backward, &k);
   return 0;
 }
@@ -949,7 +958,11 @@ static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
   const rt_View *x = &a->in[0], *z = &a->in[1], *y = &a->out[0];
   REQUIRE(is_float(x) && is_float(z) && is_float(y) && x->numel == y->numel && z->numel == y->numel,
           "a, b, y must be float and the same size");
-  Elem k = {y, x, z, 0, 0};
+  if (a->backend_ctx) {
+    rt_fast_add(a->backend_ctx, y, x, z, y->numel);
+    return 0;
+  }
+  Elem k = {y, x, z, 0};
   par_for(a, y->numel, GRAIN, add_range, &k);
   return 0;
 }
@@ -1019,14 +1032,7 @@ static int k_lora_add_backward(const rt_KernelArgs *a, char *err, size_t errlen)
 
 /* ----------------------------------------------------------- crossentropy */
 
-/* Rows are LD long, of which the first V are the vocabulary (a padded
- * vocabulary's other columns are not classes). */
-typedef struct {
-  const rt_View *dlogits, *logits;
-  float *lse;
-  const int32_t *tgt;
-  int64_t N, V, LD, M; /* M: the rows the mean is over */
-} CrossEntropy;
+typedef rt_CrossEntropy CrossEntropy;
 
 /* lse of rows [n0, n1) */
 static void crossentropy_forward(const void *ctx, int64_t n0, int64_t n1) {
@@ -1075,7 +1081,7 @@ static int k_crossentropy(const rt_KernelArgs *a, char *err, size_t errlen) {
   int rc = check_tokens(tgt->data, N, nv, err, errlen, OP);
   if (rc) return rc;
   CrossEntropy k = {NULL, logits, lse->data, tgt->data, N, nv, V, M};
-  par_for(a, N, row_grain(V), crossentropy_forward, &k);
+  if (!a->backend_ctx || rt_fast_crossentropy(a->backend_ctx, &k) != 0) par_for(a, N, row_grain(V), crossentropy_forward, &k);
   /* The mean loss is summed in double over rows in order: one number,
    * fixed order, and no f32 drift over B*T terms. */
   const int32_t *t = tgt->data;
@@ -1100,17 +1106,13 @@ static int k_crossentropy_backward(const rt_KernelArgs *a, char *err, size_t err
   int rc = check_tokens(tgt->data, N, nv, err, errlen, OP);
   if (rc) return rc;
   CrossEntropy k = {dl, logits, lse->data, tgt->data, N, nv, V, M};
-  par_for(a, N, row_grain(V), crossentropy_backward, &k);
+  if (!a->backend_ctx || rt_fast_crossentropy(a->backend_ctx, &k) != 0) par_for(a, N, row_grain(V), crossentropy_backward, &k);
   return 0;
 }
 
 /* ------------------------------------------------------------------ adamw */
 
-typedef struct {
-  const rt_View *param, *param_out, *m_out, *v_out, *master_out, *grad;
-  const float *m, *v, *master;
-  float lr, beta1, beta2, eps, wd, bc1, bc2;
-} AdamW;
+typedef rt_AdamW AdamW;
 
 /* torch.optim.AdamW: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p). The
  * f32 master copy, when present, is the value updated; param gets its
@@ -1153,7 +1155,8 @@ static int k_adamw(const rt_KernelArgs *a, char *err, size_t errlen) {
              (float)rt_attr(a, "lr", 1e-3), (float)b1, (float)b2, (float)rt_attr(a, "eps", 1e-8),
              (float)rt_attr(a, "weight_decay", 0.01), (float)(1.0 - pow(b1, (double)a->step)),
              (float)(1.0 - pow(b2, (double)a->step))};
-  par_for(a, n, GRAIN, adamw_update, &h);
+  if (a->backend_ctx) rt_fast_adamw(a->backend_ctx, &h, n);
+  else par_for(a, n, GRAIN, adamw_update, &h);
   return 0;
 }
 

@@ -645,6 +645,11 @@ static const GradCase fast_cases[] = {
   {"layernorm_dx", "layernorm", "layernorm_backward", 3, {F3(4, 40, 300), F1(300), F1(300)}, 3,
    {F3(4, 40, 300), S2(4, 40), S2(4, 40)}, 0, 0, 5, {SRC_DY, 0, 1, SRC_OUT + 1, SRC_OUT + 2}, 1, {0}, {0},
    {{"eps", 1e-5}, {"grads", 1}}, 2, 0, 0},
+  {"layernorm_dw", "layernorm", "layernorm_backward", 3, {F3(4, 40, 300), F1(300), F1(300)}, 3,
+   {F3(4, 40, 300), S2(4, 40), S2(4, 40)}, 0, 0, 5, {SRC_DY, 0, 1, SRC_OUT + 1, SRC_OUT + 2}, 2, {1, 2}, {1, 1},
+   {{"eps", 1e-5}, {"grads", 6}}, 2, 0, 0},
+  {"rmsnorm_dw", "rmsnorm", "rmsnorm_backward", 2, {F3(4, 40, 300), F1(300)}, 2, {F3(4, 40, 300), S2(4, 40)},
+   0, 0, 4, {SRC_DY, 0, 1, SRC_OUT + 1}, 1, {1}, {1}, {{"eps", 1e-5}, {"grads", 2}}, 2, 0, 0},
 };
 #define NFAST ((int)(sizeof fast_cases / sizeof fast_cases[0]))
 
@@ -698,6 +703,47 @@ static void check_fast(const GradCase *c, rt_DType dt, rt_Pool *p1, rt_Pool *p2)
     T_CHECKF(memcmp(f1.bout[o].data, f2.bout[o].data, vbytes(&f1.bout[o])) == 0, "%s: 1 and 2 threads differ", c->name);
   }
   printf("  %-12s %-4s max |fast - reference| / max |reference| = %.3g\n", c->name, dtname(dt), worst);
+}
+
+/* add and adamw: their fast loops compute the reference's formula in its
+ * order, so the outputs equal the reference's bitwise (a pool of 1 and of 2
+ * threads); adamw in place over 3 steps, its params in DT (bf16 with an f32
+ * master), over more elements than one chunk and a ragged last block. */
+static void check_fast_add_adamw(rt_DType dt, rt_Pool *p1, rt_Pool *p2) {
+  int64_t n = 3 * 16384 + 77;
+  rt_Pool *pools[3] = {NULL, p1, p2};
+  rt_View a = mkview(RT_BF16, 1, &n), b = mkview(RT_F32, 1, &n), y[3];
+  fill_rand(&a), fill_rand(&b);
+  char err[256];
+  int master = dt == RT_BF16;
+  rt_View p[3], m[3], v[3], ms[3], g = mkview(dt, 1, &n);
+  rt_Attr at[5] = {{"lr", 0.01}, {"beta1", 0.8}, {"beta2", 0.95}, {"eps", 1e-6}, {"weight_decay", 0.1}};
+  for (int k = 0; k < 3; k++) {
+    kctx = pools[k];
+    y[k] = mkview(dt, 1, &n);
+    rt_View in[2] = {a, b};
+    T_CHECKF(call("add", &y[k], 1, in, 2, NULL, 0, NULL, 0, 1, err) == 0, "%s", err);
+    p[k] = mkview(dt, 1, &n), m[k] = mkview(RT_F32, 1, &n), v[k] = mkview(RT_F32, 1, &n), ms[k] = mkview(RT_F32, 1, &n);
+    rng = 0x1234567ull;
+    for (int64_t i = 0; i < n; i++) {
+      float w = rnd();
+      rt_store(&p[k], i, w);
+      rt_store(&ms[k], i, w);
+    }
+    for (int step = 1; step <= 3; step++) {
+      fill_rand(&g);
+      rt_View ain[5] = {p[k], g, m[k], v[k], ms[k]}, aout[4] = {p[k], m[k], v[k], ms[k]};
+      T_CHECKF(call("adamw", aout, 3 + master, ain, 4 + master, at, 5, NULL, 0, step, err) == 0, "%s", err);
+    }
+  }
+  kctx = NULL;
+  for (int k = 1; k < 3; k++) {
+    T_CHECKF(memcmp(y[0].data, y[k].data, vbytes(&y[0])) == 0, "add %s, %d thread(s): not the reference's bits",
+             dtname(dt), k);
+    T_CHECKF(memcmp(p[0].data, p[k].data, vbytes(&p[0])) == 0 && memcmp(m[0].data, m[k].data, vbytes(&m[0])) == 0 &&
+                 memcmp(v[0].data, v[k].data, vbytes(&v[0])) == 0 && memcmp(ms[0].data, ms[k].data, vbytes(&ms[0])) == 0,
+             "adamw %s, %d thread(s): not the reference's bits", dtname(dt), k);
+  }
 }
 
 /* ---------------------------------------------------------------- dump */
@@ -792,6 +838,12 @@ int main(int argc, char **argv) {
                fast_cases[i].name, d ? "bf16" : "f32");
       T_CASE(name) check_fast(&fast_cases[i], d ? RT_BF16 : RT_F32, p1, p2);
     }
+  for (int d = 0; p1 && p2 && d < 2; d++) {
+    char name[160];
+    snprintf(name, sizeof name, "add and adamw %s: fast kernels equal the reference bitwise, 1 and 2 threads",
+             d ? "bf16" : "f32");
+    T_CASE(name) check_fast_add_adamw(d ? RT_BF16 : RT_F32, p1, p2);
+  }
   if (p2) T_CASE("ema on 2 threads, 24,617 elements: the formula bitwise") test_ema(p2);
   printf("  GEMM: %s\n", rt_sgemm_name());
   rt_pool_close(p1);
