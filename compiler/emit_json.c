@@ -62,6 +62,13 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
     emit_json_string(out, g->tensors[t].name);
     buf_printf(out, ": \"%s\"", plan_decision_name(p->decisions[t]));
   }
+  /* Host-homed resident tensors; the others are on the device, as before. */
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!graph_is_resident(&g->tensors[t]) || p->decisions[t] == DEC_NONE) continue;
+    buf_printf(out, "%s\n    ", listed++ ? "," : "");
+    emit_json_string(out, g->tensors[t].name);
+    buf_printf(out, ": \"%s\"", plan_decision_name(p->decisions[t]));
+  }
   buf_printf(out, "%s},\n  \"buffers\": [", listed ? "\n  " : "");
   for (int b = 0; b < p->nbuffers; b++) {
     const Buffer *bf = &p->buffers[b];
@@ -71,8 +78,9 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
       buf_printf(out, "null, \"workspace_of\": ");
       emit_json_string(out, g->ops[bf->workspace_of].name);
     }
-    buf_printf(out, ", \"bytes\": %" PRId64 ", \"space\": \"%s\", \"offset\": %" PRId64 "}", bf->bytes,
-               bf->space == SPACE_DEVICE ? "device" : "host", bf->offset);
+    buf_printf(out, ", \"bytes\": %" PRId64 ", \"space\": \"%s\", \"offset\": %" PRId64 "%s}", bf->bytes,
+               bf->space == SPACE_DEVICE ? "device" : "host", bf->offset,
+               bf->home && bf->space == SPACE_HOST ? ", \"home\": true" : "");
   }
   buf_printf(out, "\n  ],\n  \"steps\": [");
   for (int s = 0; s < p->nsteps; s++) {

@@ -59,6 +59,7 @@ int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space 
   b->bytes = bytes;
   b->space = space;
   b->offset = 0;
+  b->home = false;
   return p->nbuffers++;
 }
 
@@ -76,8 +77,48 @@ const char *plan_decision_name(Decision d) {
   case DEC_KEEP: return "keep";
   case DEC_RECOMPUTE: return "recompute";
   case DEC_OFFLOAD: return "offload";
+  case DEC_HOST: return "host";
+  case DEC_HOST_REFETCH: return "host-refetch";
   default: return "none";
   }
+}
+
+bool plan_home_allowed(const Graph *g, int t, Decision d) {
+  const Tensor *x = &g->tensors[t];
+  if (!graph_is_resident(x)) return false;
+  if (d == DEC_NONE) return true;
+  if (x->kind != KIND_PARAM && x->kind != KIND_OPTSTATE) return false;
+  if (d == DEC_HOST) return true;
+  if (d != DEC_HOST_REFETCH || x->kind != KIND_PARAM || x->last_fwd_read < 0) return false;
+  /* The forward leaves it unchanged (its copy can be dropped, not written
+   * back) and something after the forward uses it. */
+  bool used_after = false;
+  for (int i = 0; i < g->nops; i++) {
+    const Op *o = &g->ops[i];
+    for (int k = 0; k < o->noutputs; k++)
+      if (o->outputs[k] == t && o->phase == PHASE_FORWARD) return false;
+    for (int k = 0; k < o->ninputs + o->noutputs && !used_after; k++)
+      used_after = o->phase != PHASE_FORWARD && (k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs]) == t;
+  }
+  return used_after;
+}
+
+void plan_mark_homes(Plan *p, const Graph *g) {
+  for (int b = 0; b < p->nbuffers; b++) {
+    Buffer *bf = &p->buffers[b];
+    if (bf->space == SPACE_DEVICE || bf->tensor < 0 || !graph_is_resident(&g->tensors[bf->tensor])) bf->home = false;
+  }
+  bool *homed = util_xcalloc((size_t)g->ntensors + 1, sizeof *homed);
+  if (!homed) return; /* sim_check then finds no home and says so */
+  for (int b = 0; b < p->nbuffers; b++)
+    if (p->buffers[b].home) homed[p->buffers[b].tensor] = true;
+  for (int b = 0; b < p->nbuffers; b++) {
+    Buffer *bf = &p->buffers[b];
+    if (bf->space != SPACE_DEVICE || bf->tensor < 0 || !graph_is_resident(&g->tensors[bf->tensor]) || homed[bf->tensor])
+      continue;
+    bf->home = homed[bf->tensor] = true;
+  }
+  free(homed);
 }
 
 int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e) {
@@ -105,6 +146,16 @@ Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, 
     int t = g->stashed[i];
     if (dec[t] != DEC_KEEP && dec[t] != DEC_RECOMPUTE && dec[t] != DEC_OFFLOAD) {
       err_set(e, "%s: tensors[%d]: no decision for stashed tensor \"%s\"", g->path, t, g->tensors[t].name);
+      plan_free(p);
+      return NULL;
+    }
+    p->decisions[t] = dec[t];
+  }
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!graph_is_resident(&g->tensors[t]) || dec[t] == DEC_NONE || dec[t] == DEC_KEEP) continue;
+    if (!plan_home_allowed(g, t, dec[t])) {
+      err_set(e, "%s: tensors[%d]: \"%s\" cannot take decision %s", g->path, t, g->tensors[t].name,
+              plan_decision_name(dec[t]));
       plan_free(p);
       return NULL;
     }
@@ -159,6 +210,10 @@ int64_t plan_host_bound(const Graph *g, const Decision *dec) {
   int64_t sum = 0;
   for (int i = 0; i < g->nstashed; i++)
     if (dec[g->stashed[i]] == DEC_OFFLOAD) sum += plan_host_share(g, g->stashed[i]);
+  /* A host home is occupied for the whole step. */
+  for (int t = 0; t < g->ntensors; t++)
+    if (graph_is_resident(&g->tensors[t]) && (dec[t] == DEC_HOST || dec[t] == DEC_HOST_REFETCH))
+      sum += plan_host_share(g, t);
   return sum;
 }
 

@@ -288,6 +288,7 @@ static Plan *exact_plan(const Exact *x, const double *sol, Err *e) {
   for (int v = 0; v < g->ntensors; v++) {
     cur[v] = -1;
     if (!is_act(g, v) && (cur[v] = plan_add_buffer(p, v, -1, g->tensors[v].bytes, SPACE_DEVICE)) < 0) goto oom;
+    if (!is_act(g, v)) p->buffers[cur[v]].home = true;
   }
   for (int t = 0; t < g->nops; t++)
     for (int k = 0; k <= t; k++) {

@@ -7,7 +7,9 @@
  *
  * Required: format, graph.sha256, budget_bytes, arena_bytes, host_bytes,
  * buffers, steps. Optional: graph.name, device, strategy, alignment (256),
- * predicted (zeros), solver (not_used), decisions (none).
+ * predicted (zeros), solver (not_used), decisions (none), a buffer's home
+ * (false; a resident tensor without a host home has its first device
+ * buffer as its home).
  */
 #include "ration.h"
 
@@ -21,6 +23,7 @@ typedef struct Ctx {
   const Graph *g;
   Plan *p;
   Err *e;
+  unsigned char *seen; /* per tensor: decided already */
 } Ctx;
 
 static int oom(Ctx *c) { return err_set(c->e, "%s: out of memory", c->file); }
@@ -123,16 +126,24 @@ static int parse_decisions(Ctx *c, const cJSON *root) {
     JsonPath pk = {&pd, it->string, 0};
     int t = graph_find_tensor(c->g, it->string);
     if (t < 0) return json_err(c->e, c->file, &pk, "unknown tensor \"%s\"", it->string);
-    if (!c->g->tensors[t].stashed)
+    bool resident = graph_is_resident(&c->g->tensors[t]);
+    if (!c->g->tensors[t].stashed && !resident)
       return json_err(c->e, c->file, &pk, "tensor \"%s\" is not stashed: there is nothing to decide", it->string);
     const char *s;
     if (json_string(c->file, &pk, it, &s, c->e)) return -1;
     Decision d = DEC_NONE;
-    for (int k = DEC_KEEP; k <= DEC_OFFLOAD; k++)
-      if (strcmp(s, plan_decision_name((Decision)k)) == 0) d = (Decision)k;
-    if (d == DEC_NONE) return json_err(c->e, c->file, &pk, "unknown decision \"%s\" (expected keep recompute offload)", s);
-    if (c->p->decisions[t] != DEC_NONE)
-      return json_err(c->e, c->file, &pk, "tensor \"%s\" is decided twice", it->string);
+    static const Decision known[] = {DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_HOST, DEC_HOST_REFETCH};
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+      if (strcmp(s, plan_decision_name(known[k])) == 0) d = known[k];
+    if (d == DEC_NONE)
+      return json_err(c->e, c->file, &pk, "unknown decision \"%s\" (expected keep recompute offload host host-refetch)", s);
+    /* A resident tensor is kept on the device (keep, or no decision) or
+     * host-homed; a stashed one is never host-homed. */
+    if (resident ? d != DEC_KEEP && !plan_home_allowed(c->g, t, d) : d == DEC_HOST || d == DEC_HOST_REFETCH)
+      return json_err(c->e, c->file, &pk, "tensor \"%s\" (%s) cannot take decision \"%s\"", it->string,
+                      graph_kind_name(c->g->tensors[t].kind), s);
+    if (resident && d == DEC_KEEP) d = DEC_NONE;
+    if (c->seen[t]++) return json_err(c->e, c->file, &pk, "tensor \"%s\" is decided twice", it->string);
     c->p->decisions[t] = d;
   }
   return 0;
@@ -169,9 +180,17 @@ static int parse_buffer(Ctx *c, const JsonPath *p, const cJSON *obj, int index) 
     space = SPACE_HOST;
   else
     return json_err(c->e, c->file, &ps, "unknown space \"%s\" (expected device host)", s);
+  const cJSON *home = json_get(obj, "home");
+  JsonPath ph = {p, "home", 0};
+  bool is_home = false;
+  if (home && json_bool(c->file, &ph, home, &is_home, c->e)) return -1;
+  /* A device home is implied (plan_mark_homes): only the host names one. */
+  if (is_home && (space != SPACE_HOST || t < 0 || !graph_is_resident(&c->g->tensors[t])))
+    return json_err(c->e, c->file, &ph, "only a host buffer of a param, grad, optimizer state or input is a home");
   int b = plan_add_buffer(c->p, t, op, bytes, space);
   if (b < 0) return oom(c);
   c->p->buffers[b].offset = offset;
+  c->p->buffers[b].home = is_home;
   return 0;
 }
 
@@ -251,6 +270,7 @@ static int parse_plan(Ctx *c, const cJSON *root) {
     JsonPath pi = {&pb, NULL, i};
     if (parse_buffer(c, &pi, it, i)) return -1;
   }
+  plan_mark_homes(c->p, c->g);
   i = 0;
   for (const cJSON *it = steps->child; it; it = it->next, i++) {
     JsonPath pi = {&ps, NULL, i};
@@ -263,9 +283,10 @@ Plan *plan_parse(const char *path, const char *text, size_t len, const Graph *g,
   cJSON *root = json_parse(path, text, len, "ration-plan/1", e);
   if (!root) return NULL;
   Plan *p = plan_new(g);
-  Ctx c = {path, g, p, e};
-  int rc = p && (p->path = util_strdup(path)) ? 0 : oom(&c);
+  Ctx c = {path, g, p, e, util_xcalloc((size_t)g->ntensors + 1, 1)};
+  int rc = p && c.seen && (p->path = util_strdup(path)) ? 0 : oom(&c);
   if (rc == 0) rc = parse_plan(&c, root);
+  free(c.seen);
   cJSON_Delete(root);
   if (rc) {
     plan_free(p);
@@ -293,7 +314,7 @@ int plan_read_device(const char *path, char *out, size_t cap, Err *e) {
   cJSON *root = json_parse(path, text, len, "ration-plan/1", e);
   free(text);
   if (!root) return -1;
-  Ctx c = {path, NULL, NULL, e};
+  Ctx c = {path, NULL, NULL, e, NULL};
   out[0] = '\0';
   int rc = opt_fixed_string(&c, NULL, root, "device", out, cap);
   cJSON_Delete(root);

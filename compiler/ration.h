@@ -241,7 +241,14 @@ int cost_load_profile(Graph *g, Device *d, const char *path, Err *e);
 
 /* ---------------------------------------------------------------- plan */
 
-typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE } Decision;
+/* Stashed activations take keep, recompute or offload. A param or optimizer
+ * state may instead be host-homed (DEC_HOST: its value lives in a host
+ * buffer between steps, a device copy is prefetched before its first use
+ * and, when the step writes it, copied back after its last write) and a
+ * param read in the forward and again after it may also drop that copy
+ * between the two (DEC_HOST_REFETCH: prefetched again for its backward
+ * use). DEC_NONE on a resident tensor: on the device for the whole step. */
+typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE, DEC_HOST, DEC_HOST_REFETCH } Decision;
 typedef enum { SPACE_DEVICE, SPACE_HOST } Space;
 typedef enum { STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT } StepKind;
 
@@ -251,6 +258,10 @@ typedef struct Buffer {
   int64_t bytes;
   Space space;
   int64_t offset;
+  /* The buffer that holds a resident tensor between steps (one per
+   * resident tensor: its device buffer, or the host buffer of a host-homed
+   * one): occupied for the whole step, read and written by rt_read/rt_write. */
+  bool home;
 } Buffer;
 
 typedef struct Step {
@@ -302,6 +313,13 @@ void plan_free(Plan *p);
 int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space space);
 Step *plan_add_step(Plan *p, StepKind kind);
 const char *plan_decision_name(Decision d);
+/* Whether resident tensor t may take decision d: DEC_NONE always; DEC_HOST
+ * for params and optimizer state; DEC_HOST_REFETCH for params read in the
+ * forward and used after it, never written in the forward. */
+bool plan_home_allowed(const Graph *g, int t, Decision d);
+/* Marks each resident tensor's home: its host buffer flagged home, else its
+ * first device buffer (ration-plan/1 files before "home" name none). */
+void plan_mark_homes(Plan *p, const Graph *g);
 
 /* The schedule family: decisions (one per stashed tensor) -> steps and
  * buffers, offsets unassigned. Shared by every strategy so that a plan is a
@@ -471,6 +489,20 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
  * strategy that models it (indices are graph op indices). */
 int plan_offload_wait_op(const Graph *g, const Device *d, int tensor);
 int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op);
+/* The op whose prelude issues a prefetch of BYTES needed at need_op: as late
+ * as still hides the copy behind the ops before the need, never at or
+ * before after_op (-1: from the step's start). */
+int plan_prefetch_issue_after(const Graph *g, const Device *d, int64_t bytes, int need_op, int after_op);
+/* A host-homed tensor's copies (schedule.c): the ops whose preludes need
+ * its device windows and issue their prefetches (-1 for the second without
+ * DEC_HOST_REFETCH: its backward window), its last write (-1: the step
+ * never writes it, no copy back) and the op after which the copy back is
+ * waited for. rerun_at as plan_family_positions gives it (re-runs of
+ * forward ops read it too), or NULL for none. */
+typedef struct HomeCopies {
+  int need[2], issue[2], last_write, wait_op;
+} HomeCopies;
+void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, const int *rerun_at, int t, HomeCopies *h);
 /* Copies issued at one point queue on their stream by deadline: sorts
  * tensors[0..n) by due[tensor], ties kept in their order (stable). */
 void plan_queue_order(int *tensors, int n, const int *due);

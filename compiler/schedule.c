@@ -54,16 +54,55 @@ void plan_queue_order(int *tensors, int n, const int *due) {
     }
 }
 
-int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op) {
-  double copy = cost_h2d_seconds(d, g->tensors[tensor].bytes), covered = 0;
-  int wait_op = plan_offload_wait_op(g, d, tensor);
+int plan_prefetch_issue_after(const Graph *g, const Device *d, int64_t bytes, int need_op, int after_op) {
+  double copy = cost_h2d_seconds(d, bytes), covered = 0;
   int k = need_op;
   /* Issue as late as still hides the copy behind the ops before the need. */
-  while (covered < copy && k - 1 > wait_op) {
+  while (covered < copy && k - 1 > after_op) {
     k--;
     covered += cost_op_seconds(g, d, k);
   }
   return k;
+}
+
+int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op) {
+  return plan_prefetch_issue_after(g, d, g->tensors[tensor].bytes, need_op, plan_offload_wait_op(g, d, tensor));
+}
+
+void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, const int *rerun_at, int t, HomeCopies *h) {
+  int first = -1, last = -1, first_after_fwd = -1, last_fwd = -1;
+  h->last_write = -1;
+  for (int i = 0; i < g->nops; i++) {
+    const Op *o = &g->ops[i];
+    bool uses = false;
+    for (int k = 0; k < o->ninputs; k++) uses |= o->inputs[k] == t;
+    for (int k = 0; k < o->noutputs; k++)
+      if (o->outputs[k] == t) uses = true, h->last_write = i;
+    /* A forward op re-run in a backward prelude reads it there. */
+    int at = uses && o->phase == PHASE_FORWARD && rerun_at ? rerun_at[i] : -1;
+    if (uses && first < 0) first = i;
+    if (uses) last = i > last ? i : last;
+    if (uses && o->phase == PHASE_FORWARD) last_fwd = i;
+    if (uses && o->phase != PHASE_FORWARD && (first_after_fwd < 0 || i < first_after_fwd)) first_after_fwd = i;
+    if (at >= 0 && (first_after_fwd < 0 || at < first_after_fwd)) first_after_fwd = at;
+    if (at > last) last = at;
+  }
+  h->need[0] = first;
+  h->need[1] = dec[t] == DEC_HOST_REFETCH ? first_after_fwd : -1;
+  /* The second window's prefetch comes after the first window's last use. */
+  for (int k = 0; k < 2; k++)
+    h->issue[k] = h->need[k] < 0 ? -1 : plan_prefetch_issue_after(g, d, g->tensors[t].bytes, h->need[k], k ? last_fwd : -1);
+  h->wait_op = -1;
+  if (h->last_write < 0) return;
+  /* Hold the device copy until the copy back has had the following ops'
+   * time to run, and at least until its last reader. */
+  double copy = cost_d2h_seconds(d, g->tensors[t].bytes), covered = 0;
+  int w = h->last_write;
+  while (covered < copy && w + 1 < g->nops) {
+    w++;
+    covered += cost_op_seconds(g, d, w);
+  }
+  h->wait_op = w > last ? w : last;
 }
 
 bool plan_regenerable(const Graph *g, int t) {
@@ -161,12 +200,19 @@ typedef struct Builder {
   int *need_op;     /* tensor -> op whose prelude waits for its prefetch, -1 */
   int *issue_op;    /* tensor -> op whose prelude issues its prefetch, -1 */
   int *wait_op;     /* tensor -> op after which its offload_wait sits, -1 */
-  int *host_buf;    /* tensor -> host buffer of its offload, -1 */
+  int *host_buf;    /* tensor -> host buffer of its offload (or its home), -1 */
   int *prefetch_buf;/* tensor -> device buffer its prefetch fills, -1 */
   int *offload_src; /* tensor -> device buffer its offload reads, -1 */
   int *batch;       /* the copies one op issues, in queue order */
-  /* By op: stashed tensors by issue_op, need_op and wait_op; ops by rerun_at. */
-  Groups issued, needed, waited, reruns;
+  /* Host-homed tensors: window n + 2t + k is tensor t's k-th device
+   * window; copy back n + t. Stashed tensors' copies keep their ids, so one
+   * queue orders both (due: the op that needs the copy). */
+  int *win_issue, *win_need, *win_buf; /* by window - n */
+  int *back_at, *back_wait;            /* by tensor: last write, wait op, -1 */
+  int *due;                            /* by copy id */
+  /* By op: stashed tensors by issue_op, need_op and wait_op; ops by rerun_at;
+   * windows by issue and need; copies back by last write and wait. */
+  Groups issued, needed, waited, reruns, win_issued, win_needed, backs, back_waited;
   Err *e;
 } Builder;
 
@@ -223,26 +269,64 @@ static int emit_compute(Builder *b, int op, bool recompute) {
   return 0;
 }
 
+/* Window id W's prefetch: a new device buffer filled from the host. */
+static int emit_prefetch(Builder *b, int w) {
+  const Graph *g = b->g;
+  int n = g->ntensors, t = w < n ? w : (w - n) / 2;
+  int id = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
+  Step *s = id < 0 ? NULL : plan_add_step(b->p, STEP_PREFETCH);
+  if (!s) return oom(b);
+  s->from = b->host_buf[t];
+  s->to = id;
+  if (w < n) b->prefetch_buf[t] = id;
+  else b->win_buf[w - n] = id;
+  return 0;
+}
+
+static int emit_prefetch_wait(Builder *b, int buf, int t) {
+  Step *s = plan_add_step(b->p, STEP_PREFETCH_WAIT);
+  if (!s) return oom(b);
+  s->to = buf;
+  b->cur[t] = buf;
+  return 0;
+}
+
+/* Copy id C's offload: stashed tensor C's to a new host buffer, or
+ * host-homed tensor C - n's back to its home. */
+static int emit_offload(Builder *b, int c) {
+  const Graph *g = b->g;
+  int n = g->ntensors, t = c < n ? c : c - n;
+  int host = c < n ? plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_HOST) : b->host_buf[t];
+  Step *s = host < 0 ? NULL : plan_add_step(b->p, STEP_OFFLOAD);
+  if (!s) return oom(b);
+  s->from = b->cur[t];
+  s->to = host;
+  b->host_buf[t] = host;
+  b->offload_src[t] = b->cur[t];
+  return 0;
+}
+
+static int emit_offload_wait(Builder *b, int t) {
+  Step *s = plan_add_step(b->p, STEP_OFFLOAD_WAIT);
+  if (!s) return oom(b);
+  s->from = b->offload_src[t];
+  return 0;
+}
+
 static int emit_op(Builder *b, int i) {
   const Graph *g = b->g;
-  int n = 0;
+  int n = 0, nt = g->ntensors;
   for (int k = b->issued.start[i]; k < b->issued.start[i + 1]; k++) b->batch[n++] = b->issued.items[k];
-  plan_queue_order(b->batch, n, b->need_op);
-  for (int k = 0; k < n; k++) {
-    int t = b->batch[k];
-    int id = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
-    Step *s = id < 0 ? NULL : plan_add_step(b->p, STEP_PREFETCH);
-    if (!s) return oom(b);
-    s->from = b->host_buf[t];
-    s->to = id;
-    b->prefetch_buf[t] = id;
-  }
-  for (int k = b->needed.start[i]; k < b->needed.start[i + 1]; k++) {
-    int t = b->needed.items[k];
-    Step *s = plan_add_step(b->p, STEP_PREFETCH_WAIT);
-    if (!s) return oom(b);
-    s->to = b->prefetch_buf[t];
-    b->cur[t] = b->prefetch_buf[t];
+  for (int k = b->win_issued.start[i]; k < b->win_issued.start[i + 1]; k++) b->batch[n++] = b->win_issued.items[k] + nt;
+  for (int k = 0; k < n; k++) b->due[b->batch[k]] = b->batch[k] < nt ? b->need_op[b->batch[k]] : b->win_need[b->batch[k] - nt];
+  plan_queue_order(b->batch, n, b->due);
+  for (int k = 0; k < n; k++)
+    if (emit_prefetch(b, b->batch[k])) return -1;
+  for (int k = b->needed.start[i]; k < b->needed.start[i + 1]; k++)
+    if (emit_prefetch_wait(b, b->prefetch_buf[b->needed.items[k]], b->needed.items[k])) return -1;
+  for (int k = b->win_needed.start[i]; k < b->win_needed.start[i + 1]; k++) {
+    int w = b->win_needed.items[k];
+    if (emit_prefetch_wait(b, b->win_buf[w], w / 2)) return -1;
   }
   for (int k = b->reruns.start[i]; k < b->reruns.start[i + 1]; k++)
     if (b->reruns.items[k] < i && emit_compute(b, b->reruns.items[k], true)) return -1;
@@ -251,35 +335,54 @@ static int emit_op(Builder *b, int i) {
   n = 0;
   for (int k = 0; k < o->noutputs; k++)
     if (b->wait_op[o->outputs[k]] >= 0) b->batch[n++] = o->outputs[k];
-  plan_queue_order(b->batch, n, b->wait_op);
-  for (int k = 0; k < n; k++) {
-    int t = b->batch[k];
-    int host = plan_add_buffer(b->p, t, -1, g->tensors[t].bytes, SPACE_HOST);
-    Step *s = host < 0 ? NULL : plan_add_step(b->p, STEP_OFFLOAD);
-    if (!s) return oom(b);
-    s->from = b->cur[t];
-    s->to = host;
-    b->host_buf[t] = host;
-    b->offload_src[t] = b->cur[t];
-  }
-  for (int k = b->waited.start[i]; k < b->waited.start[i + 1]; k++) {
-    int t = b->waited.items[k];
-    if (b->host_buf[t] < 0) continue;
-    Step *s = plan_add_step(b->p, STEP_OFFLOAD_WAIT);
-    if (!s) return oom(b);
-    s->from = b->offload_src[t];
-  }
+  for (int k = b->backs.start[i]; k < b->backs.start[i + 1]; k++) b->batch[n++] = b->backs.items[k] + nt;
+  for (int k = 0; k < n; k++) b->due[b->batch[k]] = b->batch[k] < nt ? b->wait_op[b->batch[k]] : b->back_wait[b->batch[k] - nt];
+  plan_queue_order(b->batch, n, b->due);
+  for (int k = 0; k < n; k++)
+    if (emit_offload(b, b->batch[k])) return -1;
+  for (int k = b->waited.start[i]; k < b->waited.start[i + 1]; k++)
+    if (b->host_buf[b->waited.items[k]] >= 0 && emit_offload_wait(b, b->waited.items[k])) return -1;
+  for (int k = b->back_waited.start[i]; k < b->back_waited.start[i + 1]; k++)
+    if (emit_offload_wait(b, b->back_waited.items[k])) return -1;
   return 0;
+}
+
+/* The host-homed tensors' windows and copies back. */
+static int home_positions(Builder *b) {
+  const Graph *g = b->g;
+  int n = g->ntensors;
+  for (int t = 0; t < n; t++) {
+    b->back_at[t] = b->back_wait[t] = -1;
+    b->win_issue[2 * t] = b->win_issue[2 * t + 1] = b->win_need[2 * t] = b->win_need[2 * t + 1] = -1;
+    Decision d = b->p->decisions[t];
+    if (!graph_is_resident(&g->tensors[t]) || (d != DEC_HOST && d != DEC_HOST_REFETCH)) continue;
+    HomeCopies h;
+    plan_home_copies(g, b->d, b->p->decisions, b->rerun_at, t, &h);
+    for (int k = 0; k < 2; k++) b->win_issue[2 * t + k] = h.issue[k], b->win_need[2 * t + k] = h.need[k];
+    b->back_at[t] = h.last_write;
+    b->back_wait[t] = h.wait_op;
+  }
+  return group_by(&b->win_issued, NULL, 2 * n, b->win_issue, g->nops) ||
+                 group_by(&b->win_needed, NULL, 2 * n, b->win_need, g->nops) ||
+                 group_by(&b->backs, NULL, n, b->back_at, g->nops) ||
+                 group_by(&b->back_waited, NULL, n, b->back_wait, g->nops)
+             ? -1
+             : 0;
 }
 
 int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
   int n = g->ntensors;
   Builder b = {.p = p, .g = g, .d = d, .e = e};
-  int **ints[] = {&b.cur, &b.need_op, &b.issue_op, &b.wait_op, &b.host_buf, &b.prefetch_buf, &b.offload_src, &b.batch};
+  int **ints[] = {&b.cur, &b.need_op, &b.issue_op, &b.wait_op, &b.host_buf, &b.prefetch_buf, &b.offload_src,
+                  &b.back_at, &b.back_wait};
+  int **wide[] = {&b.batch, &b.due, &b.win_issue, &b.win_need, &b.win_buf}; /* 3n: every copy id */
+  Groups *groups[] = {&b.issued, &b.needed, &b.waited, &b.reruns, &b.win_issued, &b.win_needed, &b.backs, &b.back_waited};
   int rc = -1;
   bool ok = (b.rerun_at = util_xcalloc((size_t)g->nops + 1, sizeof(int))) != NULL;
   for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
     ok = (*ints[k] = util_xcalloc((size_t)n + 1, sizeof(int))) != NULL && ok;
+  for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++)
+    ok = (*wide[k] = util_xcalloc(3 * (size_t)n + 1, sizeof(int))) != NULL && ok;
   if (!ok) {
     oom(&b);
     goto out;
@@ -297,27 +400,30 @@ int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
   if (group_by(&b.issued, g->stashed, g->nstashed, b.issue_op, g->nops) ||
       group_by(&b.needed, g->stashed, g->nstashed, b.need_op, g->nops) ||
       group_by(&b.waited, g->stashed, g->nstashed, b.wait_op, g->nops) ||
-      group_by(&b.reruns, NULL, g->nops, b.rerun_at, g->nops)) {
+      group_by(&b.reruns, NULL, g->nops, b.rerun_at, g->nops) || home_positions(&b)) {
     oom(&b);
     goto out;
   }
+  /* Each resident tensor's home: a device buffer, or a host-homed one's
+   * host buffer (its device windows come with their prefetches). */
   for (int t = 0; t < n; t++) {
     if (!graph_is_resident(&g->tensors[t])) continue;
-    b.cur[t] = plan_add_buffer(p, t, -1, g->tensors[t].bytes, SPACE_DEVICE);
-    if (b.cur[t] < 0) {
+    bool host = p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH;
+    int id = plan_add_buffer(p, t, -1, g->tensors[t].bytes, host ? SPACE_HOST : SPACE_DEVICE);
+    if (id < 0) {
       oom(&b);
       goto out;
     }
+    p->buffers[id].home = true;
+    *(host ? &b.host_buf[t] : &b.cur[t]) = id;
   }
   for (int i = 0; i < g->nops; i++)
     if (emit_op(&b, i)) goto out;
   rc = 0;
 out:
-  groups_free(&b.issued);
-  groups_free(&b.needed);
-  groups_free(&b.waited);
-  groups_free(&b.reruns);
+  for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++) groups_free(groups[k]);
   free(b.rerun_at);
   for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) free(*ints[k]);
+  for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) free(*wide[k]);
   return rc;
 }

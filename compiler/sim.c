@@ -22,10 +22,9 @@ static bool valid_buffer(const Plan *p, int id) { return id >= 0 && id < p->nbuf
 int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last) {
   int end = p->nsteps - 1;
   for (int b = 0; b < p->nbuffers; b++) {
-    const Buffer *bf = &p->buffers[b];
-    bool resident = bf->tensor >= 0 && bf->space == SPACE_DEVICE && graph_is_resident(&g->tensors[bf->tensor]);
-    first[b] = resident ? 0 : -1;
-    last[b] = resident ? end : -1;
+    bool home = p->buffers[b].home; /* holds a resident tensor across steps */
+    first[b] = home ? 0 : -1;
+    last[b] = home ? end : -1;
   }
 #define TOUCH(id, s) do { if (!valid_buffer(p, id)) return -1; \
     if (first[id] < 0) first[id] = (s); \
@@ -79,6 +78,9 @@ typedef struct Check {
   int *offload_waited;/* host buffer -> 1 once that offload was waited for */
   int *pending;       /* device buffer -> step index of an un-waited offload from it */
   int *prefetch_of;   /* device buffer -> step index of its prefetch */
+  /* Host-homed tensors: the last compute step writing each tensor and the
+   * buffer it wrote, and the copy back to the home (step, device buffer). */
+  int *wrote_at, *wrote_buf, *back_at, *back_from;
 } Check;
 
 static int fail(Check *c, int s, const char *fmt, const char *a, const char *b) {
@@ -110,6 +112,11 @@ static int check_write(Check *c, int s, int id) {
   if (!resident && c->state[id] != B_EMPTY)
     return fail(c, s, "writes buffer %s (\"%s\") a second time", idbuf, tname(c, id));
   if (bf->space != SPACE_DEVICE) return fail(c, s, "computes into host buffer %s (\"%s\")", idbuf, tname(c, id));
+  /* A resident tensor is updated in place: a device copy of a host-homed
+   * one holds its value (is prefetched) before anything writes it. */
+  if (resident && !bf->home && c->state[id] != B_WRITTEN)
+    return fail(c, s, "writes buffer %s (\"%s\") before its prefetch_wait", idbuf, tname(c, id));
+  if (resident) c->wrote_at[bf->tensor] = s, c->wrote_buf[bf->tensor] = id;
   c->state[id] = B_WRITTEN;
   return 0;
 }
@@ -172,7 +179,14 @@ static int check_copy(Check *c, int s) {
         p->buffers[st->from].bytes != p->buffers[st->to].bytes)
       return fail(c, s, "offload must copy a device buffer to a host buffer of the same tensor (\"%s\")%s", tname(c, st->from), "");
     if (check_read(c, s, st->from)) return -1;
-    if (c->state[st->to] != B_EMPTY) return fail(c, s, "offload overwrites host buffer of \"%s\"%s", tname(c, st->to), "");
+    if (p->buffers[st->to].home) {
+      /* The copy back of a host-homed tensor: once per step. */
+      int t = p->buffers[st->to].tensor;
+      if (c->back_at[t] >= 0) return fail(c, s, "copies \"%s\" back to its home a second time%s", tname(c, st->to), "");
+      c->back_at[t] = s, c->back_from[t] = st->from;
+    } else if (c->state[st->to] != B_EMPTY) {
+      return fail(c, s, "offload overwrites host buffer of \"%s\"%s", tname(c, st->to), "");
+    }
     c->state[st->to] = B_WRITTEN;
     c->offload_of[st->to] = s;
     c->pending[st->from] = s;
@@ -191,7 +205,10 @@ static int check_copy(Check *c, int s) {
     if (p->buffers[st->from].space != SPACE_HOST || p->buffers[st->to].space != SPACE_DEVICE ||
         p->buffers[st->from].tensor != p->buffers[st->to].tensor || p->buffers[st->from].bytes != p->buffers[st->to].bytes)
       return fail(c, s, "prefetch must copy a host buffer to a device buffer of the same tensor (\"%s\")%s", tname(c, st->from), "");
-    if (c->offload_of[st->from] < 0) return fail(c, s, "prefetch of \"%s\" from a host buffer no offload filled%s", tname(c, st->from), "");
+    if (c->offload_of[st->from] < 0 && !p->buffers[st->from].home)
+      return fail(c, s, "prefetch of \"%s\" from a host buffer no offload filled%s", tname(c, st->from), "");
+    if (p->buffers[st->from].home && c->back_at[p->buffers[st->from].tensor] >= 0)
+      return fail(c, s, "prefetch of \"%s\" from its home after the step copied it back%s", tname(c, st->from), "");
     if (!c->offload_waited[st->from])
       return fail(c, s, "prefetch of \"%s\" before its offload completed (no offload_wait before it)%s", tname(c, st->from), "");
     if (c->state[st->to] != B_EMPTY) return fail(c, s, "prefetch into buffer of \"%s\" that was already written%s", tname(c, st->to), "");
@@ -351,6 +368,27 @@ static int check_buffers(const Plan *p, const Graph *g, Err *e) {
                      plan_name(p), b, end, p->arena_bytes);
     if (bf->space == SPACE_HOST && end > host_end) host_end = end;
   }
+  /* One home per resident tensor, nothing else has one, and only params
+   * and optimizer state live on the host between steps. */
+  int *homes = util_xcalloc((size_t)g->ntensors + 1, sizeof *homes);
+  if (!homes) return err_set(e, "%s: out of memory", plan_name(p));
+  int bad = -1;
+  for (int b = 0; b < p->nbuffers && bad < 0; b++) {
+    const Buffer *bf = &p->buffers[b];
+    if (!bf->home) continue;
+    if (bf->tensor < 0 || !graph_is_resident(&g->tensors[bf->tensor]) || homes[bf->tensor]++ ||
+        (bf->space == SPACE_HOST && !plan_home_allowed(g, bf->tensor, DEC_HOST)))
+      bad = b;
+  }
+  for (int t = 0; t < g->ntensors && bad < 0; t++)
+    if (graph_is_resident(&g->tensors[t]) && !homes[t]) {
+      free(homes);
+      return err_set(e, "%s: buffers: resident tensor \"%s\" has no home buffer", plan_name(p), g->tensors[t].name);
+    }
+  free(homes);
+  if (bad >= 0)
+    return err_set(e, "%s: buffers[%d].home: only one buffer of a resident tensor is its home, on the host only for a "
+                      "param or optimizer state", plan_name(p), bad);
   if (host_end > p->host_bytes)
     return err_set(e, "%s: host_bytes: %" PRId64 " but host buffers reach byte %" PRId64, plan_name(p), p->host_bytes, host_end);
   if (p->arena_bytes > p->budget_bytes)
@@ -364,9 +402,12 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
   int n = p->nbuffers;
   Check c = {.p = p, .g = g, .e = e};
   int **arrays[] = {&c.state, &c.offload_of, &c.offload_waited, &c.pending, &c.prefetch_of};
+  int **by_tensor[] = {&c.wrote_at, &c.wrote_buf, &c.back_at, &c.back_from};
   bool ok = true;
   for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++)
-    ok = (*arrays[k] = util_xcalloc((size_t)n, sizeof(int))) != NULL && ok;
+    ok = (*arrays[k] = util_xcalloc((size_t)n + 1, sizeof(int))) != NULL && ok;
+  for (size_t k = 0; k < sizeof by_tensor / sizeof by_tensor[0]; k++)
+    ok = (*by_tensor[k] = util_xcalloc((size_t)g->ntensors + 1, sizeof(int))) != NULL && ok;
   int rc = -1;
   if (!ok) {
     err_set(e, "%s: out of memory", plan_name(p));
@@ -375,8 +416,10 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
   for (int b = 0; b < n; b++) {
     c.offload_of[b] = c.pending[b] = c.prefetch_of[b] = -1;
     const Buffer *bf = &p->buffers[b];
-    if (bf->tensor >= 0 && bf->space == SPACE_DEVICE && graph_is_resident(&g->tensors[bf->tensor])) c.state[b] = B_WRITTEN;
+    /* A home holds its tensor's value from the step before. */
+    if (bf->home) c.state[b] = B_WRITTEN, c.offload_waited[b] = 1;
   }
+  for (int t = 0; t < g->ntensors; t++) c.wrote_at[t] = c.wrote_buf[t] = c.back_at[t] = c.back_from[t] = -1;
   int next_op = 0;
   for (int s = 0; s < p->nsteps; s++) {
     int r = p->steps[s].kind == STEP_COMPUTE ? check_compute(&c, s, &next_op) : check_copy(&c, s);
@@ -391,6 +434,16 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
       err_set(e, "%s: steps[%d]: offload of \"%s\" is never waited for", plan_name(p), c.pending[b], tname(&c, b));
       goto out;
     }
+  for (int b = 0; b < n; b++) {
+    int t = p->buffers[b].tensor;
+    if (!p->buffers[b].home || p->buffers[b].space != SPACE_HOST || c.wrote_at[t] < 0) continue;
+    /* What the step wrote into a host-homed tensor reaches its home. */
+    if (c.back_at[t] < c.wrote_at[t] || c.back_from[t] != c.wrote_buf[t]) {
+      err_set(e, "%s: steps[%d]: \"%s\" is written into buffer %d but not copied back to its home after that",
+              plan_name(p), c.wrote_at[t], g->tensors[t].name, c.wrote_buf[t]);
+      goto out;
+    }
+  }
   int *first = c.offload_of, *last = c.prefetch_of; /* reuse the scratch */
   if (sim_occupancy(p, g, first, last)) {
     err_set(e, "%s: steps: unknown buffer", plan_name(p));
@@ -399,6 +452,7 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
   rc = check_overlaps(p, g, first, last, e);
 out:
   for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++) free(*arrays[k]);
+  for (size_t k = 0; k < sizeof by_tensor / sizeof by_tensor[0]; k++) free(*by_tensor[k]);
   return rc;
 }
 

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void round_trip(const char *graph_path, const char *strategy) {
+/* HOMED: every param and optimizer state host-homed on top of the
+ * strategy's decisions (host-refetch where allowed). */
+static void round_trip(const char *graph_path, const char *strategy, bool homed) {
   Err e = {{0}};
   Graph *g = graph_load(graph_path, &e);
   Device *d = device_load("budgets/h100-sxm-80g.json", &e);
@@ -20,16 +22,33 @@ static void round_trip(const char *graph_path, const char *strategy) {
     PlanOptions o = {.strategy = strategy, .solver = "glpk", .budget_bytes = d->memory - d->reserve, .quiet = true};
     p = plan_make(g, d, &o, &e);
   }
+  for (int t = 0; homed && p && t < g->ntensors; t++)
+    if (plan_home_allowed(g, t, DEC_HOST))
+      p->decisions[t] = plan_home_allowed(g, t, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
+  if (homed && p) {
+    Plan *h = plan_from_decisions(g, d, p->decisions, &e);
+    if (h) h->budget_bytes = p->budget_bytes;
+    plan_free(p);
+    p = h;
+  }
   if (p && emit_plan_json(p, g, &a) == 0) q = plan_parse("rt.plan.json", a.data, a.len, g, &e);
   if (q) emit_plan_json(q, g, &b);
   char name[256];
-  snprintf(name, sizeof name, "%s %s: emit, read, emit gives the same bytes", graph_path, strategy);
+  snprintf(name, sizeof name, "%s %s%s: emit, read, emit gives the same bytes and homes", graph_path, strategy,
+           homed ? ", params and optimizer state host-homed" : "");
   T_CASE(name) {
     T_CHECKF(q != NULL, "%s", e.msg);
     T_CHECK(a.len > 0 && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
     T_CHECK(q && p && q->nbuffers == p->nbuffers && q->nsteps == p->nsteps);
     T_CHECK(q && p && memcmp(q->decisions, p->decisions, (size_t)g->ntensors * sizeof *q->decisions) == 0);
     T_CHECK(q && sim_check(q, g, &e) == 0);
+    int nhome = 0, host_homes = 0;
+    for (int i = 0; q && p && i < q->nbuffers && i < p->nbuffers; i++) {
+      T_CHECK(q->buffers[i].home == p->buffers[i].home);
+      nhome += q->buffers[i].home;
+      host_homes += q->buffers[i].home && q->buffers[i].space == SPACE_HOST;
+    }
+    T_CHECK(nhome > 0 && (host_homes > 0) == homed);
   }
   buf_free(&a);
   buf_free(&b);
@@ -81,8 +100,10 @@ int main(void) {
   }
   plan_free(p);
   graph_free(g);
-  round_trip("tests/data/mlp.json", "keep-all");
-  round_trip("models/gpt2-tiny.json", "keep-all");
-  round_trip("models/unet.json", "keep-all");
+  round_trip("tests/data/mlp.json", "keep-all", false);
+  round_trip("models/gpt2-tiny.json", "keep-all", false);
+  round_trip("models/unet.json", "keep-all", false);
+  round_trip("models/gpt2-tiny.json", "offload-all", true);
+  round_trip("models/llama-tiny.json", "keep-all", true);
   T_DONE();
 }

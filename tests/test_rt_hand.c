@@ -42,7 +42,7 @@ static int add_buffer(Plan *p, int t, int ws, int64_t bytes, Space sp, int64_t o
   Buffer *nb = realloc(p->buffers, (size_t)(p->nbuffers + 1) * sizeof *nb);
   if (!nb) return -1;
   p->buffers = nb;
-  p->buffers[p->nbuffers] = (Buffer){t, ws, bytes, sp, off};
+  p->buffers[p->nbuffers] = (Buffer){t, ws, bytes, sp, off, false}; /* homes: plan_mark_homes */
   return p->nbuffers++;
 }
 
@@ -146,6 +146,7 @@ static Plan *hand_plan(const Graph *g, int how) {
   p->arena_bytes = p->budget_bytes = off;
   p->host_bytes = hoff;
   p->alignment = 256;
+  plan_mark_homes(p, g); /* each resident tensor's first buffer */
   free(home);
   free(cur);
   free(state);

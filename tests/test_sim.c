@@ -80,6 +80,16 @@ static bool rejected(Plan *p, const char *want) {
   return strstr(e.msg, want) != NULL;
 }
 
+/* a1 and a2 kept; w and gw decided W and GW. */
+static Plan *homed(Decision w, Decision gw, Err *e) {
+  Decision dec[8];
+  for (int t = 0; t < 8; t++) dec[t] = DEC_NONE;
+  dec[graph_find_tensor(g, "a1")] = dec[graph_find_tensor(g, "a2")] = DEC_KEEP;
+  dec[graph_find_tensor(g, "w")] = w;
+  dec[graph_find_tensor(g, "gw")] = gw;
+  return plan_from_decisions(g, d, dec, e);
+}
+
 static int find_step(Plan *p, StepKind kind) {
   for (int s = 0; s < p->nsteps; s++)
     if (p->steps[s].kind == kind) return s;
@@ -149,6 +159,48 @@ int main(void) {
     T_CHECK(p && fabs(r1.step_seconds - r0.step_seconds - 32e-9) < 1e-15);
     T_CHECK(p && r0.stall_seconds == 0 && fabs(r1.stall_seconds - 32e-9) < 1e-15);
     T_CHECK(p && r1.compute_seconds == r0.compute_seconds);
+    plan_free(p);
+  }
+  T_CASE("w host-homed: prefetched before f1, copied back after opt; its host home lives all step") {
+    Plan *p = homed(DEC_HOST, DEC_NONE, &e);
+    T_CHECKF(p != NULL, "%s", e.msg);
+    if (p) {
+      int n = p->nsteps;
+      T_CHECK(p->steps[0].kind == STEP_PREFETCH && p->steps[1].kind == STEP_PREFETCH_WAIT);
+      T_CHECK(p->buffers[p->steps[0].from].home && p->buffers[p->steps[0].from].space == SPACE_HOST);
+      T_CHECK(p->steps[n - 2].kind == STEP_OFFLOAD && p->steps[n - 2].to == p->steps[0].from);
+      T_CHECK(p->steps[n - 1].kind == STEP_OFFLOAD_WAIT);
+      /* w is on the device over the keep-all peak (b3): the same peak. */
+      T_CHECK(p->host_bytes == 16 && p->predicted.peak_live_bytes == 212);
+    }
+    plan_free(p);
+  }
+  T_CASE("w host-refetch: its device copy dropped after f1, prefetched again for opt: the peak 16 lower; gw stays") {
+    Plan *p = homed(DEC_HOST_REFETCH, DEC_NONE, &e);
+    T_CHECKF(p != NULL, "%s", e.msg);
+    int prefetches = 0;
+    for (int s = 0; p && s < p->nsteps; s++) prefetches += p->steps[s].kind == STEP_PREFETCH;
+    T_CHECK(p && prefetches == 2 && p->predicted.peak_live_bytes == 196);
+    plan_free(p);
+    T_CHECK(!homed(DEC_HOST_REFETCH, DEC_HOST, &e) && strstr(e.msg, "cannot take decision host")); /* nor a grad */
+  }
+  T_CASE("rule: a host-homed tensor written but not copied back") {
+    Plan *p = homed(DEC_HOST, DEC_NONE, &e);
+    T_CHECK(p != NULL);
+    if (p) {
+      p->budget_bytes = 1 << 20;
+      p->nsteps -= 2; /* the copy back and its wait */
+      T_CHECK(rejected(p, "is written into buffer"));
+      p->nsteps += 2;
+      Step dup = p->steps[p->nsteps - 2];
+      p->steps[p->nsteps - 1] = dup; /* the copy back twice, never waited for */
+      T_CHECK(rejected(p, "back to its home a second time"));
+      p->buffers[p->steps[0].from].home = false;
+      T_CHECK(rejected(p, "has no home buffer"));
+      p->buffers[p->steps[0].from].home = true;
+      p->buffers[p->steps[0].to].home = true;
+      T_CHECK(rejected(p, "buffers[" ) && rejected(p, "only one buffer of a resident tensor is its home"));
+    }
     plan_free(p);
   }
   T_CASE("rule: a missing op") {
