@@ -18,7 +18,7 @@
 static const char abi_block[] =
     "/* RATION-SCHED-ABI-BEGIN */\n"
     "#ifndef RATION_SCHED_ABI\n"
-    "#define RATION_SCHED_ABI 2\n"
+    "#define RATION_SCHED_ABI 3\n"
     "enum { RT_SCHED_MAX_RANK = 8 };\n"
     "enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };\n"
     "enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,\n"
@@ -32,8 +32,10 @@ static const char abi_block[] =
     "  int64_t shape[RT_SCHED_MAX_RANK];\n"
     "  int64_t bytes;\n"
     "} rt_SchedTensor;\n"
+    "/* ABI 3: home is 1 on the buffer that holds a resident tensor between\n"
+    " * steps (its device buffer, or the host buffer of a host-homed one). */\n"
     "typedef struct rt_SchedBuffer {\n"
-    "  int32_t tensor, workspace_of, space;\n"
+    "  int32_t tensor, workspace_of, space, home;\n"
     "  int64_t bytes, offset;\n"
     "} rt_SchedBuffer;\n"
     "typedef struct rt_SchedAttr {\n"
@@ -249,15 +251,15 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   }
   buf_printf(out, "};\n\n");
 
-  buf_printf(out, "/* tensor, workspace_of, space, bytes, offset */\n");
+  buf_printf(out, "/* tensor, workspace_of, space, home, bytes, offset */\n");
   buf_printf(out, "static const rt_SchedBuffer buffers[%d] = {\n", p->nbuffers > 0 ? p->nbuffers : 1);
   for (int i = 0; i < p->nbuffers; i++) {
     const Buffer *bf = &p->buffers[i];
-    buf_printf(out, "  {%d, %d, %s, %lld, %lld}, /* %d */\n", bf->tensor, bf->workspace_of,
-               bf->space == SPACE_HOST ? "RT_SPACE_HOST" : "RT_SPACE_DEVICE", (long long)bf->bytes,
+    buf_printf(out, "  {%d, %d, %s, %d, %lld, %lld}, /* %d */\n", bf->tensor, bf->workspace_of,
+               bf->space == SPACE_HOST ? "RT_SPACE_HOST" : "RT_SPACE_DEVICE", bf->home ? 1 : 0, (long long)bf->bytes,
                (long long)bf->offset, i);
   }
-  if (p->nbuffers == 0) buf_printf(out, "  {-1, -1, RT_SPACE_DEVICE, 0, 0}, /* none */\n");
+  if (p->nbuffers == 0) buf_printf(out, "  {-1, -1, RT_SPACE_DEVICE, 0, 0, 0}, /* none */\n");
   buf_printf(out, "};\n\n");
 
   /* op_io and attrs are flat arrays indexed from the op table. */

@@ -105,7 +105,7 @@ static int canary_step(rt_Session *s, const rt_Schedule *S) {
   for (int b = 0; b < S->nbuffers; b++) {
     const rt_SchedBuffer *bf = &S->buffers[b];
     if (bf->space != RT_SPACE_DEVICE || bf->bytes == 0) continue;
-    int resident = bf->tensor >= 0 && S->tensors[bf->tensor].kind != 4;
+    int resident = bf->home; /* holds its tensor across steps */
     for (size_t k = (size_t)bf->offset / 256; k <= (size_t)(bf->offset + bf->bytes - 1) / 256; k++) {
       in_buf[k] = 1;
       if (resident) res[k] = 1;

@@ -16,7 +16,7 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 2
+#define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
@@ -30,8 +30,10 @@ typedef struct rt_SchedTensor {
   int64_t shape[RT_SCHED_MAX_RANK];
   int64_t bytes;
 } rt_SchedTensor;
+/* ABI 3: home is 1 on the buffer that holds a resident tensor between
+ * steps (its device buffer, or the host buffer of a host-homed one). */
 typedef struct rt_SchedBuffer {
-  int32_t tensor, workspace_of, space;
+  int32_t tensor, workspace_of, space, home;
   int64_t bytes, offset;
 } rt_SchedBuffer;
 typedef struct rt_SchedAttr {
@@ -159,6 +161,8 @@ typedef struct rt_Stats {
   double overhead_seconds;   /* the last step: the executor's own cost, as CPU time of the
                                 calling thread outside kernels (not inflated by copy threads
                                 or other processes competing for the cores) */
+  int64_t host_high_water;   /* max live host-arena bytes over every step run (offloaded
+                                activations, host-homed params and optimizer state) */
 } rt_Stats;
 
 /* Opens SCHED: allocates the device and host arenas once, looks up every

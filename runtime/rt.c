@@ -73,6 +73,7 @@ struct rt_Session {
   unsigned char *snap_data;
   bool snap_taken;
   int64_t live, hwm, nrun;
+  int64_t host_live, host_hwm; /* the same for the host arena */
   double kernel_cpu;   /* this step: the calling thread's CPU seconds inside kernels */
   rt_Stats stats; /* the last step's times */
   char err[512];
@@ -222,6 +223,21 @@ static int check_tensors(rt_Session *s) {
   return RT_OK;
 }
 
+/* Exactly one home per resident tensor (input, param, grad, optimizer state). */
+static int check_homes(rt_Session *s) {
+  const rt_Schedule *c = s->sc;
+  unsigned char *n = rt_calloc((size_t)c->ntensors + 1, 1);
+  if (!n) return fail(s, RT_ENOMEM, "out of memory");
+  int rc = RT_OK;
+  for (int i = 0; i < c->nbuffers && rc == RT_OK; i++)
+    if (c->buffers[i].home && n[c->buffers[i].tensor]++)
+      rc = fail(s, RT_ESCHEDULE, "buffer %d: a second home for tensor %s", i, c->tensors[c->buffers[i].tensor].name);
+  for (int t = 0; t < c->ntensors && rc == RT_OK; t++)
+    if (c->tensors[t].kind != 4 && !n[t]) rc = fail(s, RT_ESCHEDULE, "tensor %d (%s) has no home buffer", t, c->tensors[t].name);
+  free(n);
+  return rc;
+}
+
 static int check_buffers(rt_Session *s) {
   const rt_Schedule *c = s->sc;
   for (int i = 0; i < c->nbuffers; i++) {
@@ -236,8 +252,14 @@ static int check_buffers(rt_Session *s) {
     if (b->tensor >= 0 && b->bytes != c->tensors[b->tensor].bytes)
       return fail(s, RT_ESCHEDULE, "buffer %d: %lld bytes for tensor %s of %lld", i, (long long)b->bytes,
                   c->tensors[b->tensor].name, (long long)c->tensors[b->tensor].bytes);
+    /* A home holds a resident tensor (not an activation); on the host only
+     * a param's or optimizer state's (grads are zeroed on the device). */
+    int kind = b->tensor >= 0 ? c->tensors[b->tensor].kind : 4;
+    if ((b->home != 0 && b->home != 1) || (b->home && kind == 4) ||
+        (b->home && b->space == RT_SPACE_HOST && kind != 1 && kind != 3))
+      return fail(s, RT_ESCHEDULE, "buffer %d: bad home flag", i);
   }
-  return RT_OK;
+  return check_homes(s);
 }
 
 static int check_ops(rt_Session *s) {
@@ -390,14 +412,12 @@ static int derive_occupancy(rt_Session *s) {
   for (int t = 0; t < c->ntensors; t++) s->home[t] = -1;
   for (int b = 0; b < nb; b++) {
     const rt_SchedBuffer *bf = &c->buffers[b];
-    if (bf->tensor < 0 || bf->space != RT_SPACE_DEVICE) continue;
-    const rt_SchedTensor *t = &c->tensors[bf->tensor];
-    if (t->kind != 4) { /* resident kinds */
+    if (bf->home) { /* a resident tensor's, on the device or the host */
       s->resident[b] = s->persist[b] = 1;
       s->first[b] = 0;
       s->last[b] = ns - 1;
-      if (s->home[bf->tensor] < 0) s->home[bf->tensor] = b;
-    } else if (s->persist[b]) {
+      s->home[bf->tensor] = b;
+    } else if (bf->tensor >= 0 && bf->space == RT_SPACE_DEVICE && c->tensors[bf->tensor].kind == 4 && s->persist[b]) {
       s->last[b] = ns - 1;
       s->home[bf->tensor] = b;
     }
@@ -496,13 +516,13 @@ static int run_steps(rt_Session *s, StepTimes *tm);
 static int give_runtime_bytes(rt_Session *s) {
   int t = rt_tensor_index(s, RT_RUNTIME_TENSOR), b = t >= 0 ? s->home[t] : -1;
   if (b < 0 || !s->be->set_runtime) return RT_OK;
-  const rt_SchedBuffer *bf = &s->sc->buffers[b]; /* a home is a device buffer */
+  const rt_SchedBuffer *bf = &s->sc->buffers[b]; /* an input's home is a device buffer */
   return s->be->set_runtime(s->ctx, s->dev + bf->offset, bf->bytes, s->err, sizeof s->err);
 }
 
 static void reset_states(rt_Session *s) {
   for (int b = 0; b < s->sc->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
-  s->live = 0;
+  s->live = s->host_live = 0;
 }
 
 /* Runs the whole schedule once on zeroed arenas (every kernel is defined on
@@ -525,7 +545,7 @@ static int warm_up(rt_Session *s) {
     int src = s->be->sync(s->ctx, serr, sizeof serr);
     if (rc == RT_OK && src != RT_OK) rc = fail(s, src, "%s", serr);
   }
-  s->live = s->hwm = 0;
+  s->live = s->hwm = s->host_live = s->host_hwm = 0;
   return rc;
 }
 
@@ -663,6 +683,11 @@ const char *rt_version(void) {
   return RATION_VERSION;
 }
 
+static unsigned char *buffer_ptr(const rt_Session *s, int b) {
+  const rt_SchedBuffer *bf = &s->sc->buffers[b];
+  return (bf->space == RT_SPACE_HOST ? s->host : s->dev) + bf->offset;
+}
+
 /* The caller's tensor (DTYPE, RANK, SHAPE, BYTES) is exactly the schedule's
  * TENSOR, which has a buffer that lives across steps: *b. */
 static int resident_buffer(rt_Session *s, const char *tensor, int dtype, int rank, const int64_t *shape,
@@ -693,7 +718,7 @@ int rt_write(rt_Session *s, const char *tensor, int dtype, int rank, const int64
              size_t bytes) {
   int b, rc = resident_buffer(s, tensor, dtype, rank, shape, bytes, &b);
   if (rc != RT_OK) return rc;
-  rc = s->be->upload(s->ctx, s->dev + s->sc->buffers[b].offset, src, (int64_t)bytes, s->err, sizeof s->err);
+  rc = s->be->upload(s->ctx, buffer_ptr(s, b), src, (int64_t)bytes, s->err, sizeof s->err);
   return backend_failed(s, rc);
 }
 
@@ -701,13 +726,8 @@ int rt_read(rt_Session *s, const char *tensor, int dtype, int rank, const int64_
             size_t bytes) {
   int b, rc = resident_buffer(s, tensor, dtype, rank, shape, bytes, &b);
   if (rc != RT_OK) return rc;
-  rc = s->be->download(s->ctx, dst, s->dev + s->sc->buffers[b].offset, (int64_t)bytes, s->err, sizeof s->err);
+  rc = s->be->download(s->ctx, dst, buffer_ptr(s, b), (int64_t)bytes, s->err, sizeof s->err);
   return backend_failed(s, rc);
-}
-
-static unsigned char *buffer_ptr(const rt_Session *s, int b) {
-  const rt_SchedBuffer *bf = &s->sc->buffers[b];
-  return (bf->space == RT_SPACE_HOST ? s->host : s->dev) + bf->offset;
 }
 
 static const char *state_name(int st) {
@@ -758,7 +778,7 @@ static int take_snapshot(rt_Session *s) {
   unsigned char *at = s->snap_data;
   for (int k = 0; k < s->nsnap && rc == RT_OK; k++) {
     const rt_SchedBuffer *bf = &s->sc->buffers[s->snap[k]];
-    rc = s->be->download(s->ctx, at, s->dev + bf->offset, bf->bytes, s->err, sizeof s->err);
+    rc = s->be->download(s->ctx, at, buffer_ptr(s, s->snap[k]), bf->bytes, s->err, sizeof s->err);
     at += bf->bytes;
   }
   s->snap_taken = rc == RT_OK;
@@ -770,7 +790,7 @@ static int restore_snapshot(rt_Session *s, char *err, size_t errlen) {
   const unsigned char *at = s->snap_data;
   for (int k = 0; k < s->nsnap && rc == RT_OK; k++) {
     const rt_SchedBuffer *bf = &s->sc->buffers[s->snap[k]];
-    rc = s->be->upload(s->ctx, s->dev + bf->offset, at, bf->bytes, err, errlen);
+    rc = s->be->upload(s->ctx, buffer_ptr(s, s->snap[k]), at, bf->bytes, err, errlen);
     at += bf->bytes;
   }
   return rc;
@@ -796,8 +816,9 @@ static int prepare_snapshot(rt_Session *s, bool atomic) {
     if (st->kind != RT_STEP_COMPUTE) continue;
     const rt_SchedOp *o = &c->ops[st->op];
     for (int k = o->nin; k < o->nin + o->nout; k++) {
-      int b = c->step_io[st->io0 + k];
-      if (!s->resident[b] || seen[b]) continue;
+      /* The written tensor's home: a host-homed one's copy back comes later. */
+      int b = s->home[c->buffers[c->step_io[st->io0 + k]].tensor];
+      if (b < 0 || !s->resident[b] || seen[b]) continue;
       seen[b] = 1;
       s->snap[s->nsnap++] = b;
       bytes += c->buffers[b].bytes;
@@ -846,10 +867,11 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
     double q0 = st->stream != RT_STREAM_COMPUTE ? now_seconds() : 0;
     for (int k = s->born_start[i]; k < s->born_start[i + 1]; k++) {
       int b = s->born[k];
-      if (c->buffers[b].space == RT_SPACE_DEVICE) s->live += c->buffers[b].bytes;
+      *(c->buffers[b].space == RT_SPACE_DEVICE ? &s->live : &s->host_live) += c->buffers[b].bytes;
       if (s->debug && (rc = check_birth(s, i, b)) != RT_OK) return rc;
     }
     if (s->live > s->hwm) s->hwm = s->live;
+    if (s->host_live > s->host_hwm) s->host_hwm = s->host_live;
     for (int k = 0; k < st->nwait; k++) {
       int w = c->waits[st->wait0 + k];
       if (st->stream == RT_STREAM_COMPUTE) t0 = now_seconds();
@@ -904,7 +926,7 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
     }
     for (int k = s->die_start[i]; k < s->die_start[i + 1]; k++) {
       int b = s->die[k];
-      if (c->buffers[b].space == RT_SPACE_DEVICE) s->live -= c->buffers[b].bytes;
+      *(c->buffers[b].space == RT_SPACE_DEVICE ? &s->live : &s->host_live) -= c->buffers[b].bytes;
       if (s->debug && !s->persist[b]) {
         s->state[b] = ST_DEAD;
         if ((rc = be->fill(s->ctx, st->stream, buffer_ptr(s, b), 0xff, c->buffers[b].bytes, err, el)) != RT_OK)
@@ -1002,6 +1024,7 @@ int rt_stats(const rt_Session *s, rt_Stats *st) {
   st->arena_bytes = s->sc->arena_bytes;
   st->host_bytes = s->sc->host_bytes;
   st->live_high_water = s->hwm;
+  st->host_high_water = s->host_hwm;
   st->steps = s->nrun;
   return RT_OK;
 }

@@ -314,15 +314,17 @@ int cuda_sync(void *ctx, char *err, size_t errlen) {
   return RT_OK;
 }
 
+/* The arena's side of an upload or download is a device buffer or, for a
+ * host-homed tensor, the pinned host arena: unified addressing tells which. */
 int cuda_upload(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
   (void)ctx;
-  CK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyHostToDevice), "upload");
+  CK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDefault), "upload");
   return RT_OK;
 }
 
 int cuda_download(void *ctx, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
   (void)ctx;
-  CK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost), "download");
+  CK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDefault), "download");
   return RT_OK;
 }
 

@@ -38,7 +38,7 @@ static int nap(const rt_KernelArgs *a, char *err, size_t errlen) {
 }
 
 static const rt_SchedTensor tensors[] = {{"x", 0, 0, 1, 0, {1}, 4}};
-static const rt_SchedBuffer buffers[] = {{0, -1, RT_SPACE_DEVICE, 4, 0}};
+static const rt_SchedBuffer buffers[] = {{0, -1, RT_SPACE_DEVICE, 1, 4, 0}};
 static const rt_SchedAttr attrs[] = {{"which", 0, NULL}, {"which", 1, NULL}, {"which", 2, NULL}};
 static const rt_SchedOp ops[] = {
     {"a", "nap", 0, 1, 0, 0, 1, 0, 0}, {"b", "nap", 0, 1, 0, 1, 1, 1, 0}, {"c", "nap", 0, 1, 0, 2, 1, 2, 0}};

@@ -130,6 +130,12 @@ static void corrupt_buffers(Tally *t, SchedText *x) {
       BAD(t, w, r->workspace_of, -1);
     }
     BAD(t, w, r->space, -1, 2);
+    BAD(t, w, r->home, -1, 2, INT32_MAX);
+    /* A second home, none, or one on an activation or on the host for a grad or input. */
+    BAD(t, w, r->home, !r->home);
+    if (r->tensor >= 0 && s->tensors[r->tensor].kind != 1 && s->tensors[r->tensor].kind != 3 && r->home)
+      BAD(t, w, r->space, RT_SPACE_HOST);
+    if (r->tensor < 0) BAD(t, w, r->home, 1);
     BAD(t, w, r->bytes, -1, INT64_MAX, cap + 1);
     BAD(t, w, r->offset, -1, INT64_MAX, cap - r->bytes + 1);
   }

@@ -34,7 +34,7 @@ static char tmpdir[256];
 typedef struct Result {
   unsigned char *blob; /* resident state after the steps, then the losses */
   size_t n;
-  int64_t hwm;
+  int64_t hwm, host_hwm;
   int frozen, frozen_moved; /* frozen params, and how many the steps changed */
   int status;
   char err[600];
@@ -150,6 +150,7 @@ static void run_steps(const rt_Schedule *s, const Graph *g, unsigned delay_us, u
   rt_Stats st;
   rt_stats(ss, &st);
   r->hwm = st.live_high_water;
+  r->host_hwm = st.host_high_water;
   if (r->status != RT_OK) snprintf(r->err, sizeof r->err, "%s", rt_error(ss));
   rt_close(ss);
 }
@@ -236,19 +237,26 @@ static int64_t smallest_feasible(const Graph *g, const Device *d, const char *st
   return hi;
 }
 
+/* The graph and the device, or false (a failed case) with neither. */
+static bool load_pair(const char *graph_path, const char *device_path, Graph **g, Device **d) {
+  Err e = {{0}};
+  *g = graph_load(graph_path, &e);
+  *d = *g ? device_load(device_path, &e) : NULL;
+  T_CASE(graph_path) T_CHECKF(*g && *d, "%s", e.msg);
+  if (*g && *d) return true;
+  graph_free(*g);
+  device_free(*d);
+  return false;
+}
+
 /* Every strategy, or only keep-all and ONLY, which must then recompute and
  * offload in one plan at least. */
 static void prove_graph(const char *graph_path, const char *device_path, const char *only, int *planned) {
   bool mixed = false;
   Err e = {{0}};
-  Graph *g = graph_load(graph_path, &e);
-  Device *d = g ? device_load(device_path, &e) : NULL;
-  T_CASE(graph_path) T_CHECKF(g && d, "%s", e.msg);
-  if (!g || !d) {
-    graph_free(g);
-    device_free(d);
-    return;
-  }
+  Graph *g;
+  Device *d;
+  if (!load_pair(graph_path, device_path, &g, &d)) return;
   int64_t keep_peak = plan_keep_all_peak(g, d, &e);
   int nfrozen = 0;
   for (int i = 0; i < g->ntensors; i++) nfrozen += g->tensors[i].frozen;
@@ -311,6 +319,97 @@ static void prove_graph(const char *graph_path, const char *device_path, const c
   }
   if (only) T_CASE(graph_path) T_CHECKF(mixed, "no %s plan both recomputes and offloads", only);
   free(ref.blob);
+  graph_free(g);
+  device_free(d);
+}
+
+/* Every param host-homed (host-refetch where it is read in the forward and
+ * again after it, else host) and every optimizer state host-homed, over the
+ * stashed decisions BASE: the plan from those decisions. */
+static Plan *homed_plan(const Graph *g, const Device *d, const Decision *base, int *nhomed, Err *e) {
+  Decision *dec = calloc((size_t)g->ntensors + 1, sizeof *dec);
+  *nhomed = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    dec[t] = base ? base[t] : g->tensors[t].stashed ? DEC_KEEP : DEC_NONE;
+    if (!graph_is_resident(&g->tensors[t])) continue;
+    dec[t] = plan_home_allowed(g, t, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH
+             : plan_home_allowed(g, t, DEC_HOST)       ? DEC_HOST
+                                                       : DEC_NONE;
+    *nhomed += dec[t] != DEC_NONE;
+  }
+  Plan *p = plan_from_decisions(g, d, dec, e);
+  free(dec);
+  return p;
+}
+
+/* Params and optimizer state host-homed (homed_plan), over keep-all's
+ * stashed decisions and over the ilp's at the midpoint between its smallest
+ * budget and keep-all: 3 debug steps bitwise equal to keep-all, the
+ * runtime's device and host high-water marks equal to the simulator's
+ * peaks, and the device peak below keep-all's by at least the optimizer
+ * state (which is on the device only around its update). */
+static void prove_homes(const char *graph_path, const char *device_path, int *planned) {
+  Err e = {{0}};
+  Graph *g;
+  Device *d;
+  if (!load_pair(graph_path, device_path, &g, &d)) return;
+  int64_t keep_peak = plan_keep_all_peak(g, d, &e), optstate = 0, most = 0;
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].kind == KIND_OPTSTATE) {
+      optstate += g->tensors[t].bytes;
+      most = g->tensors[t].bytes > most ? g->tensors[t].bytes : most;
+    }
+  Plan *keep = try_plan(g, d, "keep-all", 2 * keep_peak);
+  int64_t lo = smallest_feasible(g, d, "ilp", keep_peak);
+  Plan *ilp = lo > 0 ? try_plan(g, d, "ilp", lo + (keep_peak - lo) / 2) : NULL;
+  void *h = NULL;
+  char why[800] = "";
+  const rt_Schedule *s = keep ? load_plan(keep, g, "homes_ref", &h, why, sizeof why) : NULL;
+  Result ref = {0};
+  if (s) run_schedule(s, g, 0, &ref);
+  T_CASE("keep-all reference runs") T_CHECKF(s && ref.status == RT_OK, "%s %s", why, ref.err);
+  if (h) dlclose(h);
+  for (int k = 0; k < 2; k++) {
+    int nhomed = 0;
+    Plan *p = homed_plan(g, d, k ? (ilp ? ilp->decisions : NULL) : keep->decisions, &nhomed, &e);
+    char label[400], name[64];
+    snprintf(label, sizeof label, "%s on %s: params and optimizer state host-homed over %s, 3 debug steps", g->name,
+             d->name, k ? "the ilp's decisions at its midpoint" : "keep-all");
+    snprintf(name, sizeof name, "homes_%d", k);
+    SimResult sr;
+    Err se = {{0}};
+    int simrc = p ? sim_run(p, g, d, false, &sr, &se) : -1;
+    Result r = {0};
+    s = p ? load_plan(p, g, name, &h, why, sizeof why) : NULL;
+    if (s) run_schedule(s, g, 0, &r);
+    T_CASE(label) {
+      T_CHECKF(p && nhomed > 0 && (k == 0 || ilp), "%s", e.msg);
+      T_CHECKF(simrc == 0, "sim_run: %s", se.msg);
+      T_CHECKF(s && r.status == RT_OK, "%s %s", why, r.err);
+      if (simrc == 0 && s && r.status == RT_OK) {
+        T_CHECKF(r.hwm == sr.peak_live_bytes, "runtime device high-water %lld, simulator %lld", (long long)r.hwm,
+                 (long long)sr.peak_live_bytes);
+        T_CHECKF(r.host_hwm == sr.peak_host_bytes, "runtime host high-water %lld, simulator %lld",
+                 (long long)r.host_hwm, (long long)sr.peak_host_bytes);
+        T_CHECKF(ref.status == RT_OK && ref.n == r.n && !memcmp(ref.blob, r.blob, r.n),
+                 "params, grads, optimizer state or losses differ from keep-all after %d steps", NSTEPS);
+        if (k == 0)
+          T_CHECKF(sr.peak_live_bytes <= keep_peak - optstate + most, "peak %lld, keep-all %lld, optimizer state %lld",
+                   (long long)sr.peak_live_bytes, (long long)keep_peak, (long long)optstate);
+        printf("# %s: %d host-homed, device peak %lld (keep-all %lld), host peak %lld\n", label, nhomed,
+               (long long)sr.peak_live_bytes, (long long)keep_peak, (long long)sr.peak_host_bytes);
+        (*planned)++;
+      }
+    }
+    free(r.blob);
+    if (h) dlclose(h);
+    h = NULL;
+    if (simrc == 0) sim_result_free(&sr);
+    plan_free(p);
+  }
+  free(ref.blob);
+  plan_free(keep);
+  plan_free(ilp);
   graph_free(g);
   device_free(d);
 }
@@ -509,7 +608,10 @@ int main(void) {
     buf_free(&b);
     prove_graph(path, slow, "ilp", &planned);
     if (variants[i].ema_decay > 0) prove_ema(path, "budgets/cpu.json");
+    prove_homes(path, slow, &planned);
   }
+  prove_homes("models/gpt2-tiny.json", "budgets/cpu.json", &planned);
+  prove_homes("models/llama-tiny.json", slow, &planned);
   printf("# %d planned schedules proven against keep-all\n", planned);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

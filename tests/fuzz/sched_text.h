@@ -269,7 +269,7 @@ static bool sched_row(SchedText *t, int table, SchedValue *v, int r) {
   case 1: {
     rt_SchedBuffer *x = &t->buffers[r];
     ok = sched_i32(&v[0], &x->tensor) && sched_i32(&v[1], &x->workspace_of) && sched_i32(&v[2], &x->space) &&
-         sched_int(&v[3], &x->bytes) && sched_int(&v[4], &x->offset);
+         sched_i32(&v[3], &x->home) && sched_int(&v[4], &x->bytes) && sched_int(&v[5], &x->offset);
     break;
   }
   case 2: {
@@ -300,7 +300,7 @@ static bool sched_row(SchedText *t, int table, SchedValue *v, int r) {
   return ok;
 }
 
-static const int sched_widths[8] = {14, 5, 9, 1, 3, 11, 1, 1};
+static const int sched_widths[8] = {14, 6, 9, 1, 3, 11, 1, 1};
 static const size_t sched_sizes[8] = {sizeof(rt_SchedTensor), sizeof(rt_SchedBuffer), sizeof(rt_SchedOp), 4,
                                       sizeof(rt_SchedAttr), sizeof(rt_SchedStep), 4, 4};
 

@@ -15,7 +15,7 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 2
+#define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
@@ -29,8 +29,10 @@ typedef struct rt_SchedTensor {
   int64_t shape[RT_SCHED_MAX_RANK];
   int64_t bytes;
 } rt_SchedTensor;
+/* ABI 3: home is 1 on the buffer that holds a resident tensor between
+ * steps (its device buffer, or the host buffer of a host-homed one). */
 typedef struct rt_SchedBuffer {
-  int32_t tensor, workspace_of, space;
+  int32_t tensor, workspace_of, space, home;
   int64_t bytes, offset;
 } rt_SchedBuffer;
 typedef struct rt_SchedAttr {
@@ -181,123 +183,123 @@ static const rt_SchedTensor tensors[101] = {
   {"grad.l0.x", 0, 4, 3, 0, {1, 4, 16, 0, 0, 0, 0, 0}, 256}, /* 100 */
 };
 
-/* tensor, workspace_of, space, bytes, offset */
+/* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[115] = {
-  {0, -1, RT_SPACE_DEVICE, 16, 74240}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 16, 74496}, /* 1 */
-  {2, -1, RT_SPACE_DEVICE, 2048, 45056}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 256, 61184}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 64, 65792}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 64, 66048}, /* 5 */
-  {6, -1, RT_SPACE_DEVICE, 3072, 32768}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 192, 64768}, /* 7 */
-  {8, -1, RT_SPACE_DEVICE, 1024, 53248}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 64, 66304}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 64, 66560}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 64, 66816}, /* 11 */
-  {12, -1, RT_SPACE_DEVICE, 4096, 0}, /* 12 */
-  {13, -1, RT_SPACE_DEVICE, 256, 61440}, /* 13 */
-  {14, -1, RT_SPACE_DEVICE, 4096, 4096}, /* 14 */
-  {15, -1, RT_SPACE_DEVICE, 64, 67072}, /* 15 */
-  {16, -1, RT_SPACE_DEVICE, 64, 67328}, /* 16 */
-  {17, -1, RT_SPACE_DEVICE, 64, 67584}, /* 17 */
-  {18, -1, RT_SPACE_DEVICE, 2048, 47104}, /* 18 */
-  {19, -1, RT_SPACE_DEVICE, 256, 61696}, /* 19 */
-  {20, -1, RT_SPACE_DEVICE, 64, 67840}, /* 20 */
-  {21, -1, RT_SPACE_DEVICE, 64, 68096}, /* 21 */
-  {22, -1, RT_SPACE_DEVICE, 3072, 35840}, /* 22 */
-  {23, -1, RT_SPACE_DEVICE, 192, 65024}, /* 23 */
-  {24, -1, RT_SPACE_DEVICE, 1024, 54272}, /* 24 */
-  {25, -1, RT_SPACE_DEVICE, 64, 68352}, /* 25 */
-  {26, -1, RT_SPACE_DEVICE, 64, 68608}, /* 26 */
-  {27, -1, RT_SPACE_DEVICE, 64, 68864}, /* 27 */
-  {28, -1, RT_SPACE_DEVICE, 4096, 8192}, /* 28 */
-  {29, -1, RT_SPACE_DEVICE, 256, 61952}, /* 29 */
-  {30, -1, RT_SPACE_DEVICE, 4096, 12288}, /* 30 */
-  {31, -1, RT_SPACE_DEVICE, 64, 69120}, /* 31 */
-  {32, -1, RT_SPACE_DEVICE, 64, 69376}, /* 32 */
-  {33, -1, RT_SPACE_DEVICE, 64, 69632}, /* 33 */
-  {34, -1, RT_SPACE_DEVICE, 2048, 49152}, /* 34 */
-  {35, -1, RT_SPACE_DEVICE, 2048, 51200}, /* 35 */
-  {36, -1, RT_SPACE_DEVICE, 256, 62208}, /* 36 */
-  {37, -1, RT_SPACE_DEVICE, 256, 62464}, /* 37 */
-  {38, -1, RT_SPACE_DEVICE, 64, 69888}, /* 38 */
-  {39, -1, RT_SPACE_DEVICE, 64, 70144}, /* 39 */
-  {40, -1, RT_SPACE_DEVICE, 64, 70400}, /* 40 */
-  {41, -1, RT_SPACE_DEVICE, 64, 70656}, /* 41 */
-  {42, -1, RT_SPACE_DEVICE, 3072, 38912}, /* 42 */
-  {43, -1, RT_SPACE_DEVICE, 3072, 41984}, /* 43 */
-  {44, -1, RT_SPACE_DEVICE, 192, 65280}, /* 44 */
-  {45, -1, RT_SPACE_DEVICE, 192, 65536}, /* 45 */
-  {46, -1, RT_SPACE_DEVICE, 1024, 55296}, /* 46 */
-  {47, -1, RT_SPACE_DEVICE, 1024, 56320}, /* 47 */
-  {48, -1, RT_SPACE_DEVICE, 64, 70912}, /* 48 */
-  {49, -1, RT_SPACE_DEVICE, 64, 71168}, /* 49 */
-  {50, -1, RT_SPACE_DEVICE, 64, 71424}, /* 50 */
-  {51, -1, RT_SPACE_DEVICE, 64, 71680}, /* 51 */
-  {52, -1, RT_SPACE_DEVICE, 64, 71936}, /* 52 */
-  {53, -1, RT_SPACE_DEVICE, 64, 72192}, /* 53 */
-  {54, -1, RT_SPACE_DEVICE, 4096, 16384}, /* 54 */
-  {55, -1, RT_SPACE_DEVICE, 4096, 20480}, /* 55 */
-  {56, -1, RT_SPACE_DEVICE, 256, 62720}, /* 56 */
-  {57, -1, RT_SPACE_DEVICE, 256, 62976}, /* 57 */
-  {58, -1, RT_SPACE_DEVICE, 4096, 24576}, /* 58 */
-  {59, -1, RT_SPACE_DEVICE, 4096, 28672}, /* 59 */
-  {60, -1, RT_SPACE_DEVICE, 64, 72448}, /* 60 */
-  {61, -1, RT_SPACE_DEVICE, 64, 72704}, /* 61 */
-  {62, -1, RT_SPACE_DEVICE, 64, 72960}, /* 62 */
-  {63, -1, RT_SPACE_DEVICE, 64, 73216}, /* 63 */
-  {64, -1, RT_SPACE_DEVICE, 64, 73472}, /* 64 */
-  {65, -1, RT_SPACE_DEVICE, 64, 73728}, /* 65 */
-  {66, -1, RT_SPACE_DEVICE, 256, 63232}, /* 66 */
-  {67, -1, RT_SPACE_DEVICE, 256, 58112}, /* 67 */
-  {68, -1, RT_SPACE_DEVICE, 16, 73984}, /* 68 */
-  {69, -1, RT_SPACE_DEVICE, 16, 57344}, /* 69 */
-  {70, -1, RT_SPACE_DEVICE, 768, 57344}, /* 70 */
-  {71, -1, RT_SPACE_DEVICE, 256, 58112}, /* 71 */
-  {72, -1, RT_SPACE_DEVICE, 32, 63488}, /* 72 */
-  {73, -1, RT_SPACE_DEVICE, 256, 57344}, /* 73 */
-  {74, -1, RT_SPACE_DEVICE, 256, 59392}, /* 74 */
-  {75, -1, RT_SPACE_DEVICE, 256, 58368}, /* 75 */
-  {76, -1, RT_SPACE_DEVICE, 16, 73984}, /* 76 */
-  {77, -1, RT_SPACE_DEVICE, 16, 58624}, /* 77 */
-  {78, -1, RT_SPACE_DEVICE, 1024, 57344}, /* 78 */
-  {79, -1, RT_SPACE_DEVICE, 1024, 58368}, /* 79 */
-  {80, -1, RT_SPACE_DEVICE, 256, 57344}, /* 80 */
-  {81, -1, RT_SPACE_DEVICE, 256, 58368}, /* 81 */
-  {82, -1, RT_SPACE_DEVICE, 256, 58624}, /* 82 */
-  {83, -1, RT_SPACE_DEVICE, 16, 73984}, /* 83 */
-  {84, -1, RT_SPACE_DEVICE, 16, 63744}, /* 84 */
-  {85, -1, RT_SPACE_DEVICE, 512, 57344}, /* 85 */
-  {86, -1, RT_SPACE_DEVICE, 4, 75776}, /* 86 */
-  {87, -1, RT_SPACE_DEVICE, 16, 63488}, /* 87 */
-  {88, -1, RT_SPACE_DEVICE, 512, 57856}, /* 88 */
-  {89, -1, RT_SPACE_DEVICE, 256, 57344}, /* 89 */
-  {90, -1, RT_SPACE_DEVICE, 256, 63488}, /* 90 */
-  {67, -1, RT_SPACE_DEVICE, 256, 63744}, /* 91 */
-  {68, -1, RT_SPACE_DEVICE, 16, 74752}, /* 92 */
-  {69, -1, RT_SPACE_DEVICE, 16, 75008}, /* 93 */
-  {70, -1, RT_SPACE_DEVICE, 768, 60416}, /* 94 */
-  {71, -1, RT_SPACE_DEVICE, 256, 64000}, /* 95 */
-  {72, -1, RT_SPACE_DEVICE, 32, 73984}, /* 96 */
-  {73, -1, RT_SPACE_DEVICE, 256, 57344}, /* 97 */
-  {74, -1, RT_SPACE_DEVICE, 256, 64256}, /* 98 */
-  {75, -1, RT_SPACE_DEVICE, 256, 64512}, /* 99 */
-  {76, -1, RT_SPACE_DEVICE, 16, 75264}, /* 100 */
-  {77, -1, RT_SPACE_DEVICE, 16, 75520}, /* 101 */
-  {78, -1, RT_SPACE_DEVICE, 1024, 57344}, /* 102 */
-  {79, -1, RT_SPACE_DEVICE, 1024, 58368}, /* 103 */
-  {91, -1, RT_SPACE_DEVICE, 1024, 59392}, /* 104 */
-  {92, -1, RT_SPACE_DEVICE, 1024, 58368}, /* 105 */
-  {93, -1, RT_SPACE_DEVICE, 256, 57344}, /* 106 */
-  {94, -1, RT_SPACE_DEVICE, 256, 57600}, /* 107 */
-  {95, -1, RT_SPACE_DEVICE, 256, 58112}, /* 108 */
-  {96, -1, RT_SPACE_DEVICE, 256, 63488}, /* 109 */
-  {97, -1, RT_SPACE_DEVICE, 768, 57344}, /* 110 */
-  {-1, 23, RT_SPACE_DEVICE, 256, 58368}, /* 111 */
-  {98, -1, RT_SPACE_DEVICE, 256, 63488}, /* 112 */
-  {99, -1, RT_SPACE_DEVICE, 256, 57344}, /* 113 */
-  {100, -1, RT_SPACE_DEVICE, 256, 57600}, /* 114 */
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 74240}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 74496}, /* 1 */
+  {2, -1, RT_SPACE_DEVICE, 1, 2048, 45056}, /* 2 */
+  {3, -1, RT_SPACE_DEVICE, 1, 256, 61184}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 64, 65792}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 64, 66048}, /* 5 */
+  {6, -1, RT_SPACE_DEVICE, 1, 3072, 32768}, /* 6 */
+  {7, -1, RT_SPACE_DEVICE, 1, 192, 64768}, /* 7 */
+  {8, -1, RT_SPACE_DEVICE, 1, 1024, 53248}, /* 8 */
+  {9, -1, RT_SPACE_DEVICE, 1, 64, 66304}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 1, 64, 66560}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 1, 64, 66816}, /* 11 */
+  {12, -1, RT_SPACE_DEVICE, 1, 4096, 0}, /* 12 */
+  {13, -1, RT_SPACE_DEVICE, 1, 256, 61440}, /* 13 */
+  {14, -1, RT_SPACE_DEVICE, 1, 4096, 4096}, /* 14 */
+  {15, -1, RT_SPACE_DEVICE, 1, 64, 67072}, /* 15 */
+  {16, -1, RT_SPACE_DEVICE, 1, 64, 67328}, /* 16 */
+  {17, -1, RT_SPACE_DEVICE, 1, 64, 67584}, /* 17 */
+  {18, -1, RT_SPACE_DEVICE, 1, 2048, 47104}, /* 18 */
+  {19, -1, RT_SPACE_DEVICE, 1, 256, 61696}, /* 19 */
+  {20, -1, RT_SPACE_DEVICE, 1, 64, 67840}, /* 20 */
+  {21, -1, RT_SPACE_DEVICE, 1, 64, 68096}, /* 21 */
+  {22, -1, RT_SPACE_DEVICE, 1, 3072, 35840}, /* 22 */
+  {23, -1, RT_SPACE_DEVICE, 1, 192, 65024}, /* 23 */
+  {24, -1, RT_SPACE_DEVICE, 1, 1024, 54272}, /* 24 */
+  {25, -1, RT_SPACE_DEVICE, 1, 64, 68352}, /* 25 */
+  {26, -1, RT_SPACE_DEVICE, 1, 64, 68608}, /* 26 */
+  {27, -1, RT_SPACE_DEVICE, 1, 64, 68864}, /* 27 */
+  {28, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 28 */
+  {29, -1, RT_SPACE_DEVICE, 1, 256, 61952}, /* 29 */
+  {30, -1, RT_SPACE_DEVICE, 1, 4096, 12288}, /* 30 */
+  {31, -1, RT_SPACE_DEVICE, 1, 64, 69120}, /* 31 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 69376}, /* 32 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 69632}, /* 33 */
+  {34, -1, RT_SPACE_DEVICE, 1, 2048, 49152}, /* 34 */
+  {35, -1, RT_SPACE_DEVICE, 1, 2048, 51200}, /* 35 */
+  {36, -1, RT_SPACE_DEVICE, 1, 256, 62208}, /* 36 */
+  {37, -1, RT_SPACE_DEVICE, 1, 256, 62464}, /* 37 */
+  {38, -1, RT_SPACE_DEVICE, 1, 64, 69888}, /* 38 */
+  {39, -1, RT_SPACE_DEVICE, 1, 64, 70144}, /* 39 */
+  {40, -1, RT_SPACE_DEVICE, 1, 64, 70400}, /* 40 */
+  {41, -1, RT_SPACE_DEVICE, 1, 64, 70656}, /* 41 */
+  {42, -1, RT_SPACE_DEVICE, 1, 3072, 38912}, /* 42 */
+  {43, -1, RT_SPACE_DEVICE, 1, 3072, 41984}, /* 43 */
+  {44, -1, RT_SPACE_DEVICE, 1, 192, 65280}, /* 44 */
+  {45, -1, RT_SPACE_DEVICE, 1, 192, 65536}, /* 45 */
+  {46, -1, RT_SPACE_DEVICE, 1, 1024, 55296}, /* 46 */
+  {47, -1, RT_SPACE_DEVICE, 1, 1024, 56320}, /* 47 */
+  {48, -1, RT_SPACE_DEVICE, 1, 64, 70912}, /* 48 */
+  {49, -1, RT_SPACE_DEVICE, 1, 64, 71168}, /* 49 */
+  {50, -1, RT_SPACE_DEVICE, 1, 64, 71424}, /* 50 */
+  {51, -1, RT_SPACE_DEVICE, 1, 64, 71680}, /* 51 */
+  {52, -1, RT_SPACE_DEVICE, 1, 64, 71936}, /* 52 */
+  {53, -1, RT_SPACE_DEVICE, 1, 64, 72192}, /* 53 */
+  {54, -1, RT_SPACE_DEVICE, 1, 4096, 16384}, /* 54 */
+  {55, -1, RT_SPACE_DEVICE, 1, 4096, 20480}, /* 55 */
+  {56, -1, RT_SPACE_DEVICE, 1, 256, 62720}, /* 56 */
+  {57, -1, RT_SPACE_DEVICE, 1, 256, 62976}, /* 57 */
+  {58, -1, RT_SPACE_DEVICE, 1, 4096, 24576}, /* 58 */
+  {59, -1, RT_SPACE_DEVICE, 1, 4096, 28672}, /* 59 */
+  {60, -1, RT_SPACE_DEVICE, 1, 64, 72448}, /* 60 */
+  {61, -1, RT_SPACE_DEVICE, 1, 64, 72704}, /* 61 */
+  {62, -1, RT_SPACE_DEVICE, 1, 64, 72960}, /* 62 */
+  {63, -1, RT_SPACE_DEVICE, 1, 64, 73216}, /* 63 */
+  {64, -1, RT_SPACE_DEVICE, 1, 64, 73472}, /* 64 */
+  {65, -1, RT_SPACE_DEVICE, 1, 64, 73728}, /* 65 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 63232}, /* 66 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 67 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 73984}, /* 68 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 57344}, /* 69 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 70 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 71 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 63488}, /* 72 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 73 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 74 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 75 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 73984}, /* 76 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 58624}, /* 77 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 78 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 79 */
+  {80, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 80 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 81 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 58624}, /* 82 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 73984}, /* 83 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 63744}, /* 84 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 57344}, /* 85 */
+  {86, -1, RT_SPACE_DEVICE, 0, 4, 75776}, /* 86 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 63488}, /* 87 */
+  {88, -1, RT_SPACE_DEVICE, 0, 512, 57856}, /* 88 */
+  {89, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 89 */
+  {90, -1, RT_SPACE_DEVICE, 0, 256, 63488}, /* 90 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 63744}, /* 91 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 74752}, /* 92 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 75008}, /* 93 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 60416}, /* 94 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 64000}, /* 95 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 73984}, /* 96 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 97 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 64256}, /* 98 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 64512}, /* 99 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 75264}, /* 100 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 75520}, /* 101 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 102 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 103 */
+  {91, -1, RT_SPACE_DEVICE, 0, 1024, 59392}, /* 104 */
+  {92, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 105 */
+  {93, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 106 */
+  {94, -1, RT_SPACE_DEVICE, 0, 256, 57600}, /* 107 */
+  {95, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 108 */
+  {96, -1, RT_SPACE_DEVICE, 0, 256, 63488}, /* 109 */
+  {97, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 110 */
+  {-1, 23, RT_SPACE_DEVICE, 0, 256, 58368}, /* 111 */
+  {98, -1, RT_SPACE_DEVICE, 0, 256, 63488}, /* 112 */
+  {99, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 113 */
+  {100, -1, RT_SPACE_DEVICE, 0, 256, 57600}, /* 114 */
 };
 
 /* per op: input tensors, then output tensors */

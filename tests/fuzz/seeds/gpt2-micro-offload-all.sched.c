@@ -15,7 +15,7 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 2
+#define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
@@ -29,8 +29,10 @@ typedef struct rt_SchedTensor {
   int64_t shape[RT_SCHED_MAX_RANK];
   int64_t bytes;
 } rt_SchedTensor;
+/* ABI 3: home is 1 on the buffer that holds a resident tensor between
+ * steps (its device buffer, or the host buffer of a host-homed one). */
 typedef struct rt_SchedBuffer {
-  int32_t tensor, workspace_of, space;
+  int32_t tensor, workspace_of, space, home;
   int64_t bytes, offset;
 } rt_SchedBuffer;
 typedef struct rt_SchedAttr {
@@ -181,148 +183,148 @@ static const rt_SchedTensor tensors[101] = {
   {"grad.l0.x", 0, 4, 3, 0, {1, 4, 16, 0, 0, 0, 0, 0}, 256}, /* 100 */
 };
 
-/* tensor, workspace_of, space, bytes, offset */
+/* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[140] = {
-  {0, -1, RT_SPACE_DEVICE, 16, 72192}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 16, 72448}, /* 1 */
-  {2, -1, RT_SPACE_DEVICE, 2048, 45056}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 256, 60416}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 64, 64000}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 64, 64256}, /* 5 */
-  {6, -1, RT_SPACE_DEVICE, 3072, 32768}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 192, 62976}, /* 7 */
-  {8, -1, RT_SPACE_DEVICE, 1024, 53248}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 64, 64512}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 64, 64768}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 64, 65024}, /* 11 */
-  {12, -1, RT_SPACE_DEVICE, 4096, 0}, /* 12 */
-  {13, -1, RT_SPACE_DEVICE, 256, 60672}, /* 13 */
-  {14, -1, RT_SPACE_DEVICE, 4096, 4096}, /* 14 */
-  {15, -1, RT_SPACE_DEVICE, 64, 65280}, /* 15 */
-  {16, -1, RT_SPACE_DEVICE, 64, 65536}, /* 16 */
-  {17, -1, RT_SPACE_DEVICE, 64, 65792}, /* 17 */
-  {18, -1, RT_SPACE_DEVICE, 2048, 47104}, /* 18 */
-  {19, -1, RT_SPACE_DEVICE, 256, 60928}, /* 19 */
-  {20, -1, RT_SPACE_DEVICE, 64, 66048}, /* 20 */
-  {21, -1, RT_SPACE_DEVICE, 64, 66304}, /* 21 */
-  {22, -1, RT_SPACE_DEVICE, 3072, 35840}, /* 22 */
-  {23, -1, RT_SPACE_DEVICE, 192, 63232}, /* 23 */
-  {24, -1, RT_SPACE_DEVICE, 1024, 54272}, /* 24 */
-  {25, -1, RT_SPACE_DEVICE, 64, 66560}, /* 25 */
-  {26, -1, RT_SPACE_DEVICE, 64, 66816}, /* 26 */
-  {27, -1, RT_SPACE_DEVICE, 64, 67072}, /* 27 */
-  {28, -1, RT_SPACE_DEVICE, 4096, 8192}, /* 28 */
-  {29, -1, RT_SPACE_DEVICE, 256, 61184}, /* 29 */
-  {30, -1, RT_SPACE_DEVICE, 4096, 12288}, /* 30 */
-  {31, -1, RT_SPACE_DEVICE, 64, 67328}, /* 31 */
-  {32, -1, RT_SPACE_DEVICE, 64, 67584}, /* 32 */
-  {33, -1, RT_SPACE_DEVICE, 64, 67840}, /* 33 */
-  {34, -1, RT_SPACE_DEVICE, 2048, 49152}, /* 34 */
-  {35, -1, RT_SPACE_DEVICE, 2048, 51200}, /* 35 */
-  {36, -1, RT_SPACE_DEVICE, 256, 61440}, /* 36 */
-  {37, -1, RT_SPACE_DEVICE, 256, 61696}, /* 37 */
-  {38, -1, RT_SPACE_DEVICE, 64, 68096}, /* 38 */
-  {39, -1, RT_SPACE_DEVICE, 64, 68352}, /* 39 */
-  {40, -1, RT_SPACE_DEVICE, 64, 68608}, /* 40 */
-  {41, -1, RT_SPACE_DEVICE, 64, 68864}, /* 41 */
-  {42, -1, RT_SPACE_DEVICE, 3072, 38912}, /* 42 */
-  {43, -1, RT_SPACE_DEVICE, 3072, 41984}, /* 43 */
-  {44, -1, RT_SPACE_DEVICE, 192, 63488}, /* 44 */
-  {45, -1, RT_SPACE_DEVICE, 192, 63744}, /* 45 */
-  {46, -1, RT_SPACE_DEVICE, 1024, 55296}, /* 46 */
-  {47, -1, RT_SPACE_DEVICE, 1024, 56320}, /* 47 */
-  {48, -1, RT_SPACE_DEVICE, 64, 69120}, /* 48 */
-  {49, -1, RT_SPACE_DEVICE, 64, 69376}, /* 49 */
-  {50, -1, RT_SPACE_DEVICE, 64, 69632}, /* 50 */
-  {51, -1, RT_SPACE_DEVICE, 64, 69888}, /* 51 */
-  {52, -1, RT_SPACE_DEVICE, 64, 70144}, /* 52 */
-  {53, -1, RT_SPACE_DEVICE, 64, 70400}, /* 53 */
-  {54, -1, RT_SPACE_DEVICE, 4096, 16384}, /* 54 */
-  {55, -1, RT_SPACE_DEVICE, 4096, 20480}, /* 55 */
-  {56, -1, RT_SPACE_DEVICE, 256, 61952}, /* 56 */
-  {57, -1, RT_SPACE_DEVICE, 256, 62208}, /* 57 */
-  {58, -1, RT_SPACE_DEVICE, 4096, 24576}, /* 58 */
-  {59, -1, RT_SPACE_DEVICE, 4096, 28672}, /* 59 */
-  {60, -1, RT_SPACE_DEVICE, 64, 70656}, /* 60 */
-  {61, -1, RT_SPACE_DEVICE, 64, 70912}, /* 61 */
-  {62, -1, RT_SPACE_DEVICE, 64, 71168}, /* 62 */
-  {63, -1, RT_SPACE_DEVICE, 64, 71424}, /* 63 */
-  {64, -1, RT_SPACE_DEVICE, 64, 71680}, /* 64 */
-  {65, -1, RT_SPACE_DEVICE, 64, 71936}, /* 65 */
-  {66, -1, RT_SPACE_DEVICE, 256, 58112}, /* 66 */
-  {66, -1, RT_SPACE_HOST, 256, 3328}, /* 67 */
-  {67, -1, RT_SPACE_DEVICE, 256, 58368}, /* 68 */
-  {68, -1, RT_SPACE_DEVICE, 16, 62464}, /* 69 */
-  {69, -1, RT_SPACE_DEVICE, 16, 62720}, /* 70 */
-  {67, -1, RT_SPACE_HOST, 256, 3584}, /* 71 */
-  {68, -1, RT_SPACE_HOST, 16, 5376}, /* 72 */
-  {69, -1, RT_SPACE_HOST, 16, 5632}, /* 73 */
-  {70, -1, RT_SPACE_DEVICE, 768, 57344}, /* 74 */
-  {70, -1, RT_SPACE_HOST, 768, 2048}, /* 75 */
-  {71, -1, RT_SPACE_DEVICE, 256, 58368}, /* 76 */
-  {72, -1, RT_SPACE_DEVICE, 32, 62464}, /* 77 */
-  {71, -1, RT_SPACE_HOST, 256, 3840}, /* 78 */
-  {72, -1, RT_SPACE_HOST, 32, 5120}, /* 79 */
-  {73, -1, RT_SPACE_DEVICE, 256, 57344}, /* 80 */
-  {74, -1, RT_SPACE_DEVICE, 256, 59392}, /* 81 */
-  {74, -1, RT_SPACE_HOST, 256, 4096}, /* 82 */
-  {75, -1, RT_SPACE_DEVICE, 256, 59648}, /* 83 */
-  {76, -1, RT_SPACE_DEVICE, 16, 59904}, /* 84 */
-  {77, -1, RT_SPACE_DEVICE, 16, 60160}, /* 85 */
-  {75, -1, RT_SPACE_HOST, 256, 4352}, /* 86 */
-  {76, -1, RT_SPACE_HOST, 16, 5888}, /* 87 */
-  {77, -1, RT_SPACE_HOST, 16, 6144}, /* 88 */
-  {78, -1, RT_SPACE_DEVICE, 1024, 57344}, /* 89 */
-  {78, -1, RT_SPACE_HOST, 1024, 0}, /* 90 */
-  {79, -1, RT_SPACE_DEVICE, 1024, 58368}, /* 91 */
-  {79, -1, RT_SPACE_HOST, 1024, 1024}, /* 92 */
-  {80, -1, RT_SPACE_DEVICE, 256, 59648}, /* 93 */
-  {81, -1, RT_SPACE_DEVICE, 256, 59904}, /* 94 */
-  {81, -1, RT_SPACE_HOST, 256, 4608}, /* 95 */
-  {82, -1, RT_SPACE_DEVICE, 256, 60160}, /* 96 */
-  {83, -1, RT_SPACE_DEVICE, 16, 62464}, /* 97 */
-  {84, -1, RT_SPACE_DEVICE, 16, 62720}, /* 98 */
-  {82, -1, RT_SPACE_HOST, 256, 4864}, /* 99 */
-  {83, -1, RT_SPACE_HOST, 16, 6400}, /* 100 */
-  {84, -1, RT_SPACE_HOST, 16, 6656}, /* 101 */
-  {85, -1, RT_SPACE_DEVICE, 512, 57344}, /* 102 */
-  {85, -1, RT_SPACE_HOST, 512, 2816}, /* 103 */
-  {86, -1, RT_SPACE_DEVICE, 4, 72704}, /* 104 */
-  {87, -1, RT_SPACE_DEVICE, 16, 62464}, /* 105 */
-  {87, -1, RT_SPACE_HOST, 16, 6912}, /* 106 */
-  {85, -1, RT_SPACE_DEVICE, 512, 57344}, /* 107 */
-  {87, -1, RT_SPACE_DEVICE, 16, 62464}, /* 108 */
-  {82, -1, RT_SPACE_DEVICE, 256, 58368}, /* 109 */
-  {88, -1, RT_SPACE_DEVICE, 512, 57856}, /* 110 */
-  {81, -1, RT_SPACE_DEVICE, 256, 58624}, /* 111 */
-  {83, -1, RT_SPACE_DEVICE, 16, 62720}, /* 112 */
-  {84, -1, RT_SPACE_DEVICE, 16, 59136}, /* 113 */
-  {89, -1, RT_SPACE_DEVICE, 256, 58880}, /* 114 */
-  {79, -1, RT_SPACE_DEVICE, 1024, 57344}, /* 115 */
-  {90, -1, RT_SPACE_DEVICE, 256, 62464}, /* 116 */
-  {78, -1, RT_SPACE_DEVICE, 1024, 58368}, /* 117 */
-  {91, -1, RT_SPACE_DEVICE, 1024, 59392}, /* 118 */
-  {75, -1, RT_SPACE_DEVICE, 256, 62720}, /* 119 */
-  {92, -1, RT_SPACE_DEVICE, 1024, 57344}, /* 120 */
-  {74, -1, RT_SPACE_DEVICE, 256, 58368}, /* 121 */
-  {76, -1, RT_SPACE_DEVICE, 16, 58880}, /* 122 */
-  {77, -1, RT_SPACE_DEVICE, 16, 59136}, /* 123 */
-  {93, -1, RT_SPACE_DEVICE, 256, 58624}, /* 124 */
-  {94, -1, RT_SPACE_DEVICE, 256, 57344}, /* 125 */
-  {71, -1, RT_SPACE_DEVICE, 256, 58880}, /* 126 */
-  {95, -1, RT_SPACE_DEVICE, 256, 59136}, /* 127 */
-  {70, -1, RT_SPACE_DEVICE, 768, 57344}, /* 128 */
-  {72, -1, RT_SPACE_DEVICE, 32, 60160}, /* 129 */
-  {96, -1, RT_SPACE_DEVICE, 256, 59392}, /* 130 */
-  {67, -1, RT_SPACE_DEVICE, 256, 59648}, /* 131 */
-  {97, -1, RT_SPACE_DEVICE, 768, 58112}, /* 132 */
-  {-1, 23, RT_SPACE_DEVICE, 256, 59904}, /* 133 */
-  {66, -1, RT_SPACE_DEVICE, 256, 58880}, /* 134 */
-  {68, -1, RT_SPACE_DEVICE, 16, 59904}, /* 135 */
-  {69, -1, RT_SPACE_DEVICE, 16, 60160}, /* 136 */
-  {98, -1, RT_SPACE_DEVICE, 256, 59392}, /* 137 */
-  {99, -1, RT_SPACE_DEVICE, 256, 59648}, /* 138 */
-  {100, -1, RT_SPACE_DEVICE, 256, 59392}, /* 139 */
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 72192}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 72448}, /* 1 */
+  {2, -1, RT_SPACE_DEVICE, 1, 2048, 45056}, /* 2 */
+  {3, -1, RT_SPACE_DEVICE, 1, 256, 60416}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 64, 64000}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 64, 64256}, /* 5 */
+  {6, -1, RT_SPACE_DEVICE, 1, 3072, 32768}, /* 6 */
+  {7, -1, RT_SPACE_DEVICE, 1, 192, 62976}, /* 7 */
+  {8, -1, RT_SPACE_DEVICE, 1, 1024, 53248}, /* 8 */
+  {9, -1, RT_SPACE_DEVICE, 1, 64, 64512}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 1, 64, 64768}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 1, 64, 65024}, /* 11 */
+  {12, -1, RT_SPACE_DEVICE, 1, 4096, 0}, /* 12 */
+  {13, -1, RT_SPACE_DEVICE, 1, 256, 60672}, /* 13 */
+  {14, -1, RT_SPACE_DEVICE, 1, 4096, 4096}, /* 14 */
+  {15, -1, RT_SPACE_DEVICE, 1, 64, 65280}, /* 15 */
+  {16, -1, RT_SPACE_DEVICE, 1, 64, 65536}, /* 16 */
+  {17, -1, RT_SPACE_DEVICE, 1, 64, 65792}, /* 17 */
+  {18, -1, RT_SPACE_DEVICE, 1, 2048, 47104}, /* 18 */
+  {19, -1, RT_SPACE_DEVICE, 1, 256, 60928}, /* 19 */
+  {20, -1, RT_SPACE_DEVICE, 1, 64, 66048}, /* 20 */
+  {21, -1, RT_SPACE_DEVICE, 1, 64, 66304}, /* 21 */
+  {22, -1, RT_SPACE_DEVICE, 1, 3072, 35840}, /* 22 */
+  {23, -1, RT_SPACE_DEVICE, 1, 192, 63232}, /* 23 */
+  {24, -1, RT_SPACE_DEVICE, 1, 1024, 54272}, /* 24 */
+  {25, -1, RT_SPACE_DEVICE, 1, 64, 66560}, /* 25 */
+  {26, -1, RT_SPACE_DEVICE, 1, 64, 66816}, /* 26 */
+  {27, -1, RT_SPACE_DEVICE, 1, 64, 67072}, /* 27 */
+  {28, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 28 */
+  {29, -1, RT_SPACE_DEVICE, 1, 256, 61184}, /* 29 */
+  {30, -1, RT_SPACE_DEVICE, 1, 4096, 12288}, /* 30 */
+  {31, -1, RT_SPACE_DEVICE, 1, 64, 67328}, /* 31 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 67584}, /* 32 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 67840}, /* 33 */
+  {34, -1, RT_SPACE_DEVICE, 1, 2048, 49152}, /* 34 */
+  {35, -1, RT_SPACE_DEVICE, 1, 2048, 51200}, /* 35 */
+  {36, -1, RT_SPACE_DEVICE, 1, 256, 61440}, /* 36 */
+  {37, -1, RT_SPACE_DEVICE, 1, 256, 61696}, /* 37 */
+  {38, -1, RT_SPACE_DEVICE, 1, 64, 68096}, /* 38 */
+  {39, -1, RT_SPACE_DEVICE, 1, 64, 68352}, /* 39 */
+  {40, -1, RT_SPACE_DEVICE, 1, 64, 68608}, /* 40 */
+  {41, -1, RT_SPACE_DEVICE, 1, 64, 68864}, /* 41 */
+  {42, -1, RT_SPACE_DEVICE, 1, 3072, 38912}, /* 42 */
+  {43, -1, RT_SPACE_DEVICE, 1, 3072, 41984}, /* 43 */
+  {44, -1, RT_SPACE_DEVICE, 1, 192, 63488}, /* 44 */
+  {45, -1, RT_SPACE_DEVICE, 1, 192, 63744}, /* 45 */
+  {46, -1, RT_SPACE_DEVICE, 1, 1024, 55296}, /* 46 */
+  {47, -1, RT_SPACE_DEVICE, 1, 1024, 56320}, /* 47 */
+  {48, -1, RT_SPACE_DEVICE, 1, 64, 69120}, /* 48 */
+  {49, -1, RT_SPACE_DEVICE, 1, 64, 69376}, /* 49 */
+  {50, -1, RT_SPACE_DEVICE, 1, 64, 69632}, /* 50 */
+  {51, -1, RT_SPACE_DEVICE, 1, 64, 69888}, /* 51 */
+  {52, -1, RT_SPACE_DEVICE, 1, 64, 70144}, /* 52 */
+  {53, -1, RT_SPACE_DEVICE, 1, 64, 70400}, /* 53 */
+  {54, -1, RT_SPACE_DEVICE, 1, 4096, 16384}, /* 54 */
+  {55, -1, RT_SPACE_DEVICE, 1, 4096, 20480}, /* 55 */
+  {56, -1, RT_SPACE_DEVICE, 1, 256, 61952}, /* 56 */
+  {57, -1, RT_SPACE_DEVICE, 1, 256, 62208}, /* 57 */
+  {58, -1, RT_SPACE_DEVICE, 1, 4096, 24576}, /* 58 */
+  {59, -1, RT_SPACE_DEVICE, 1, 4096, 28672}, /* 59 */
+  {60, -1, RT_SPACE_DEVICE, 1, 64, 70656}, /* 60 */
+  {61, -1, RT_SPACE_DEVICE, 1, 64, 70912}, /* 61 */
+  {62, -1, RT_SPACE_DEVICE, 1, 64, 71168}, /* 62 */
+  {63, -1, RT_SPACE_DEVICE, 1, 64, 71424}, /* 63 */
+  {64, -1, RT_SPACE_DEVICE, 1, 64, 71680}, /* 64 */
+  {65, -1, RT_SPACE_DEVICE, 1, 64, 71936}, /* 65 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 66 */
+  {66, -1, RT_SPACE_HOST, 0, 256, 3328}, /* 67 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 68 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 69 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 62720}, /* 70 */
+  {67, -1, RT_SPACE_HOST, 0, 256, 3584}, /* 71 */
+  {68, -1, RT_SPACE_HOST, 0, 16, 5376}, /* 72 */
+  {69, -1, RT_SPACE_HOST, 0, 16, 5632}, /* 73 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 74 */
+  {70, -1, RT_SPACE_HOST, 0, 768, 2048}, /* 75 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 76 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 62464}, /* 77 */
+  {71, -1, RT_SPACE_HOST, 0, 256, 3840}, /* 78 */
+  {72, -1, RT_SPACE_HOST, 0, 32, 5120}, /* 79 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 80 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 81 */
+  {74, -1, RT_SPACE_HOST, 0, 256, 4096}, /* 82 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 83 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 59904}, /* 84 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 60160}, /* 85 */
+  {75, -1, RT_SPACE_HOST, 0, 256, 4352}, /* 86 */
+  {76, -1, RT_SPACE_HOST, 0, 16, 5888}, /* 87 */
+  {77, -1, RT_SPACE_HOST, 0, 16, 6144}, /* 88 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 89 */
+  {78, -1, RT_SPACE_HOST, 0, 1024, 0}, /* 90 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 91 */
+  {79, -1, RT_SPACE_HOST, 0, 1024, 1024}, /* 92 */
+  {80, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 93 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 59904}, /* 94 */
+  {81, -1, RT_SPACE_HOST, 0, 256, 4608}, /* 95 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 60160}, /* 96 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 97 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 62720}, /* 98 */
+  {82, -1, RT_SPACE_HOST, 0, 256, 4864}, /* 99 */
+  {83, -1, RT_SPACE_HOST, 0, 16, 6400}, /* 100 */
+  {84, -1, RT_SPACE_HOST, 0, 16, 6656}, /* 101 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 57344}, /* 102 */
+  {85, -1, RT_SPACE_HOST, 0, 512, 2816}, /* 103 */
+  {86, -1, RT_SPACE_DEVICE, 0, 4, 72704}, /* 104 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 105 */
+  {87, -1, RT_SPACE_HOST, 0, 16, 6912}, /* 106 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 57344}, /* 107 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 108 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 109 */
+  {88, -1, RT_SPACE_DEVICE, 0, 512, 57856}, /* 110 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 58624}, /* 111 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 62720}, /* 112 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 59136}, /* 113 */
+  {89, -1, RT_SPACE_DEVICE, 0, 256, 58880}, /* 114 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 115 */
+  {90, -1, RT_SPACE_DEVICE, 0, 256, 62464}, /* 116 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 117 */
+  {91, -1, RT_SPACE_DEVICE, 0, 1024, 59392}, /* 118 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 62720}, /* 119 */
+  {92, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 120 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 121 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 58880}, /* 122 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 59136}, /* 123 */
+  {93, -1, RT_SPACE_DEVICE, 0, 256, 58624}, /* 124 */
+  {94, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 125 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 58880}, /* 126 */
+  {95, -1, RT_SPACE_DEVICE, 0, 256, 59136}, /* 127 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 128 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 60160}, /* 129 */
+  {96, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 130 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 131 */
+  {97, -1, RT_SPACE_DEVICE, 0, 768, 58112}, /* 132 */
+  {-1, 23, RT_SPACE_DEVICE, 0, 256, 59904}, /* 133 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 58880}, /* 134 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 59904}, /* 135 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 60160}, /* 136 */
+  {98, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 137 */
+  {99, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 138 */
+  {100, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 139 */
 };
 
 /* per op: input tensors, then output tensors */

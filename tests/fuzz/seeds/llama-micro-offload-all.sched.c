@@ -15,7 +15,7 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 2
+#define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
@@ -29,8 +29,10 @@ typedef struct rt_SchedTensor {
   int64_t shape[RT_SCHED_MAX_RANK];
   int64_t bytes;
 } rt_SchedTensor;
+/* ABI 3: home is 1 on the buffer that holds a resident tensor between
+ * steps (its device buffer, or the host buffer of a host-homed one). */
 typedef struct rt_SchedBuffer {
-  int32_t tensor, workspace_of, space;
+  int32_t tensor, workspace_of, space, home;
   int64_t bytes, offset;
 } rt_SchedBuffer;
 typedef struct rt_SchedAttr {
@@ -161,122 +163,122 @@ static const rt_SchedTensor tensors[81] = {
   {"grad.l0.x", 1, 4, 3, 0, {1, 4, 16, 0, 0, 0, 0, 0}, 128}, /* 80 */
 };
 
-/* tensor, workspace_of, space, bytes, offset */
+/* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[114] = {
-  {0, -1, RT_SPACE_DEVICE, 16, 58880}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 16, 59136}, /* 1 */
-  {2, -1, RT_SPACE_DEVICE, 1024, 40960}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 32, 57344}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 1024, 41984}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 512, 52224}, /* 5 */
-  {6, -1, RT_SPACE_DEVICE, 32, 57600}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 2048, 12288}, /* 7 */
-  {8, -1, RT_SPACE_DEVICE, 1024, 43008}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 32, 57856}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 1024, 44032}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 1024, 45056}, /* 11 */
-  {12, -1, RT_SPACE_DEVICE, 32, 58112}, /* 12 */
-  {13, -1, RT_SPACE_DEVICE, 1024, 46080}, /* 13 */
-  {14, -1, RT_SPACE_DEVICE, 512, 52736}, /* 14 */
-  {15, -1, RT_SPACE_DEVICE, 32, 58368}, /* 15 */
-  {16, -1, RT_SPACE_DEVICE, 2048, 14336}, /* 16 */
-  {17, -1, RT_SPACE_DEVICE, 1024, 47104}, /* 17 */
-  {18, -1, RT_SPACE_DEVICE, 32, 58624}, /* 18 */
-  {19, -1, RT_SPACE_DEVICE, 1024, 48128}, /* 19 */
-  {20, -1, RT_SPACE_DEVICE, 2048, 16384}, /* 20 */
-  {21, -1, RT_SPACE_DEVICE, 2048, 18432}, /* 21 */
-  {22, -1, RT_SPACE_DEVICE, 2048, 20480}, /* 22 */
-  {23, -1, RT_SPACE_DEVICE, 64, 55040}, /* 23 */
-  {24, -1, RT_SPACE_DEVICE, 64, 55296}, /* 24 */
-  {25, -1, RT_SPACE_DEVICE, 64, 55552}, /* 25 */
-  {26, -1, RT_SPACE_DEVICE, 2048, 22528}, /* 26 */
-  {27, -1, RT_SPACE_DEVICE, 2048, 24576}, /* 27 */
-  {28, -1, RT_SPACE_DEVICE, 2048, 26624}, /* 28 */
-  {29, -1, RT_SPACE_DEVICE, 1024, 49152}, /* 29 */
-  {30, -1, RT_SPACE_DEVICE, 1024, 50176}, /* 30 */
-  {31, -1, RT_SPACE_DEVICE, 1024, 51200}, /* 31 */
-  {32, -1, RT_SPACE_DEVICE, 64, 55808}, /* 32 */
-  {33, -1, RT_SPACE_DEVICE, 64, 56064}, /* 33 */
-  {34, -1, RT_SPACE_DEVICE, 64, 56320}, /* 34 */
-  {35, -1, RT_SPACE_DEVICE, 4096, 0}, /* 35 */
-  {36, -1, RT_SPACE_DEVICE, 4096, 4096}, /* 36 */
-  {37, -1, RT_SPACE_DEVICE, 4096, 8192}, /* 37 */
-  {38, -1, RT_SPACE_DEVICE, 2048, 28672}, /* 38 */
-  {39, -1, RT_SPACE_DEVICE, 2048, 30720}, /* 39 */
-  {40, -1, RT_SPACE_DEVICE, 2048, 32768}, /* 40 */
-  {41, -1, RT_SPACE_DEVICE, 64, 56576}, /* 41 */
-  {42, -1, RT_SPACE_DEVICE, 64, 56832}, /* 42 */
-  {43, -1, RT_SPACE_DEVICE, 64, 57088}, /* 43 */
-  {44, -1, RT_SPACE_DEVICE, 2048, 34816}, /* 44 */
-  {45, -1, RT_SPACE_DEVICE, 2048, 36864}, /* 45 */
-  {46, -1, RT_SPACE_DEVICE, 2048, 38912}, /* 46 */
-  {47, -1, RT_SPACE_DEVICE, 128, 53760}, /* 47 */
-  {47, -1, RT_SPACE_HOST, 128, 1280}, /* 48 */
-  {48, -1, RT_SPACE_DEVICE, 128, 53504}, /* 49 */
-  {49, -1, RT_SPACE_DEVICE, 16, 54016}, /* 50 */
-  {48, -1, RT_SPACE_HOST, 128, 1536}, /* 51 */
-  {49, -1, RT_SPACE_HOST, 16, 3328}, /* 52 */
-  {50, -1, RT_SPACE_DEVICE, 256, 53248}, /* 53 */
-  {51, -1, RT_SPACE_DEVICE, 256, 53504}, /* 54 */
-  {51, -1, RT_SPACE_HOST, 256, 512}, /* 55 */
-  {52, -1, RT_SPACE_DEVICE, 128, 53248}, /* 56 */
-  {53, -1, RT_SPACE_DEVICE, 32, 54016}, /* 57 */
-  {52, -1, RT_SPACE_HOST, 128, 1792}, /* 58 */
-  {53, -1, RT_SPACE_HOST, 32, 3072}, /* 59 */
-  {54, -1, RT_SPACE_DEVICE, 128, 53504}, /* 60 */
-  {55, -1, RT_SPACE_DEVICE, 128, 54016}, /* 61 */
-  {55, -1, RT_SPACE_HOST, 128, 2048}, /* 62 */
-  {56, -1, RT_SPACE_DEVICE, 128, 53760}, /* 63 */
-  {57, -1, RT_SPACE_DEVICE, 16, 54272}, /* 64 */
-  {56, -1, RT_SPACE_HOST, 128, 2304}, /* 65 */
-  {57, -1, RT_SPACE_HOST, 16, 3584}, /* 66 */
-  {58, -1, RT_SPACE_DEVICE, 512, 53248}, /* 67 */
-  {58, -1, RT_SPACE_HOST, 512, 0}, /* 68 */
-  {59, -1, RT_SPACE_DEVICE, 256, 53760}, /* 69 */
-  {59, -1, RT_SPACE_HOST, 256, 768}, /* 70 */
-  {60, -1, RT_SPACE_DEVICE, 128, 53248}, /* 71 */
-  {61, -1, RT_SPACE_DEVICE, 128, 53504}, /* 72 */
-  {61, -1, RT_SPACE_HOST, 128, 2560}, /* 73 */
-  {62, -1, RT_SPACE_DEVICE, 128, 53760}, /* 74 */
-  {63, -1, RT_SPACE_DEVICE, 16, 54016}, /* 75 */
-  {62, -1, RT_SPACE_HOST, 128, 2816}, /* 76 */
-  {63, -1, RT_SPACE_HOST, 16, 3840}, /* 77 */
-  {64, -1, RT_SPACE_DEVICE, 256, 53248}, /* 78 */
-  {64, -1, RT_SPACE_HOST, 256, 1024}, /* 79 */
-  {65, -1, RT_SPACE_DEVICE, 4, 59392}, /* 80 */
-  {66, -1, RT_SPACE_DEVICE, 16, 53504}, /* 81 */
-  {66, -1, RT_SPACE_HOST, 16, 4096}, /* 82 */
-  {64, -1, RT_SPACE_DEVICE, 256, 53248}, /* 83 */
-  {66, -1, RT_SPACE_DEVICE, 16, 54016}, /* 84 */
-  {62, -1, RT_SPACE_DEVICE, 128, 53760}, /* 85 */
-  {67, -1, RT_SPACE_DEVICE, 256, 53504}, /* 86 */
-  {61, -1, RT_SPACE_DEVICE, 128, 53248}, /* 87 */
-  {63, -1, RT_SPACE_DEVICE, 16, 54272}, /* 88 */
-  {68, -1, RT_SPACE_DEVICE, 128, 54016}, /* 89 */
-  {59, -1, RT_SPACE_DEVICE, 256, 53760}, /* 90 */
-  {69, -1, RT_SPACE_DEVICE, 128, 54528}, /* 91 */
-  {58, -1, RT_SPACE_DEVICE, 512, 53248}, /* 92 */
-  {70, -1, RT_SPACE_DEVICE, 256, 54272}, /* 93 */
-  {56, -1, RT_SPACE_DEVICE, 128, 54784}, /* 94 */
-  {71, -1, RT_SPACE_DEVICE, 512, 53760}, /* 95 */
-  {55, -1, RT_SPACE_DEVICE, 128, 53248}, /* 96 */
-  {57, -1, RT_SPACE_DEVICE, 16, 54272}, /* 97 */
-  {72, -1, RT_SPACE_DEVICE, 128, 53504}, /* 98 */
-  {73, -1, RT_SPACE_DEVICE, 128, 53760}, /* 99 */
-  {52, -1, RT_SPACE_DEVICE, 128, 54016}, /* 100 */
-  {74, -1, RT_SPACE_DEVICE, 128, 54272}, /* 101 */
-  {51, -1, RT_SPACE_DEVICE, 256, 53248}, /* 102 */
-  {53, -1, RT_SPACE_DEVICE, 32, 54784}, /* 103 */
-  {75, -1, RT_SPACE_DEVICE, 128, 54528}, /* 104 */
-  {76, -1, RT_SPACE_DEVICE, 256, 53504}, /* 105 */
-  {-1, 24, RT_SPACE_DEVICE, 256, 53760}, /* 106 */
-  {48, -1, RT_SPACE_DEVICE, 128, 53760}, /* 107 */
-  {77, -1, RT_SPACE_DEVICE, 256, 53248}, /* 108 */
-  {47, -1, RT_SPACE_DEVICE, 128, 53504}, /* 109 */
-  {49, -1, RT_SPACE_DEVICE, 16, 54528}, /* 110 */
-  {78, -1, RT_SPACE_DEVICE, 128, 54016}, /* 111 */
-  {79, -1, RT_SPACE_DEVICE, 128, 53248}, /* 112 */
-  {80, -1, RT_SPACE_DEVICE, 128, 53504}, /* 113 */
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 58880}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 59136}, /* 1 */
+  {2, -1, RT_SPACE_DEVICE, 1, 1024, 40960}, /* 2 */
+  {3, -1, RT_SPACE_DEVICE, 1, 32, 57344}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 1024, 41984}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 512, 52224}, /* 5 */
+  {6, -1, RT_SPACE_DEVICE, 1, 32, 57600}, /* 6 */
+  {7, -1, RT_SPACE_DEVICE, 1, 2048, 12288}, /* 7 */
+  {8, -1, RT_SPACE_DEVICE, 1, 1024, 43008}, /* 8 */
+  {9, -1, RT_SPACE_DEVICE, 1, 32, 57856}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 1, 1024, 44032}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 1, 1024, 45056}, /* 11 */
+  {12, -1, RT_SPACE_DEVICE, 1, 32, 58112}, /* 12 */
+  {13, -1, RT_SPACE_DEVICE, 1, 1024, 46080}, /* 13 */
+  {14, -1, RT_SPACE_DEVICE, 1, 512, 52736}, /* 14 */
+  {15, -1, RT_SPACE_DEVICE, 1, 32, 58368}, /* 15 */
+  {16, -1, RT_SPACE_DEVICE, 1, 2048, 14336}, /* 16 */
+  {17, -1, RT_SPACE_DEVICE, 1, 1024, 47104}, /* 17 */
+  {18, -1, RT_SPACE_DEVICE, 1, 32, 58624}, /* 18 */
+  {19, -1, RT_SPACE_DEVICE, 1, 1024, 48128}, /* 19 */
+  {20, -1, RT_SPACE_DEVICE, 1, 2048, 16384}, /* 20 */
+  {21, -1, RT_SPACE_DEVICE, 1, 2048, 18432}, /* 21 */
+  {22, -1, RT_SPACE_DEVICE, 1, 2048, 20480}, /* 22 */
+  {23, -1, RT_SPACE_DEVICE, 1, 64, 55040}, /* 23 */
+  {24, -1, RT_SPACE_DEVICE, 1, 64, 55296}, /* 24 */
+  {25, -1, RT_SPACE_DEVICE, 1, 64, 55552}, /* 25 */
+  {26, -1, RT_SPACE_DEVICE, 1, 2048, 22528}, /* 26 */
+  {27, -1, RT_SPACE_DEVICE, 1, 2048, 24576}, /* 27 */
+  {28, -1, RT_SPACE_DEVICE, 1, 2048, 26624}, /* 28 */
+  {29, -1, RT_SPACE_DEVICE, 1, 1024, 49152}, /* 29 */
+  {30, -1, RT_SPACE_DEVICE, 1, 1024, 50176}, /* 30 */
+  {31, -1, RT_SPACE_DEVICE, 1, 1024, 51200}, /* 31 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 55808}, /* 32 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 56064}, /* 33 */
+  {34, -1, RT_SPACE_DEVICE, 1, 64, 56320}, /* 34 */
+  {35, -1, RT_SPACE_DEVICE, 1, 4096, 0}, /* 35 */
+  {36, -1, RT_SPACE_DEVICE, 1, 4096, 4096}, /* 36 */
+  {37, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 37 */
+  {38, -1, RT_SPACE_DEVICE, 1, 2048, 28672}, /* 38 */
+  {39, -1, RT_SPACE_DEVICE, 1, 2048, 30720}, /* 39 */
+  {40, -1, RT_SPACE_DEVICE, 1, 2048, 32768}, /* 40 */
+  {41, -1, RT_SPACE_DEVICE, 1, 64, 56576}, /* 41 */
+  {42, -1, RT_SPACE_DEVICE, 1, 64, 56832}, /* 42 */
+  {43, -1, RT_SPACE_DEVICE, 1, 64, 57088}, /* 43 */
+  {44, -1, RT_SPACE_DEVICE, 1, 2048, 34816}, /* 44 */
+  {45, -1, RT_SPACE_DEVICE, 1, 2048, 36864}, /* 45 */
+  {46, -1, RT_SPACE_DEVICE, 1, 2048, 38912}, /* 46 */
+  {47, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 47 */
+  {47, -1, RT_SPACE_HOST, 0, 128, 1280}, /* 48 */
+  {48, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 49 */
+  {49, -1, RT_SPACE_DEVICE, 0, 16, 54016}, /* 50 */
+  {48, -1, RT_SPACE_HOST, 0, 128, 1536}, /* 51 */
+  {49, -1, RT_SPACE_HOST, 0, 16, 3328}, /* 52 */
+  {50, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 53 */
+  {51, -1, RT_SPACE_DEVICE, 0, 256, 53504}, /* 54 */
+  {51, -1, RT_SPACE_HOST, 0, 256, 512}, /* 55 */
+  {52, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 56 */
+  {53, -1, RT_SPACE_DEVICE, 0, 32, 54016}, /* 57 */
+  {52, -1, RT_SPACE_HOST, 0, 128, 1792}, /* 58 */
+  {53, -1, RT_SPACE_HOST, 0, 32, 3072}, /* 59 */
+  {54, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 60 */
+  {55, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 61 */
+  {55, -1, RT_SPACE_HOST, 0, 128, 2048}, /* 62 */
+  {56, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 63 */
+  {57, -1, RT_SPACE_DEVICE, 0, 16, 54272}, /* 64 */
+  {56, -1, RT_SPACE_HOST, 0, 128, 2304}, /* 65 */
+  {57, -1, RT_SPACE_HOST, 0, 16, 3584}, /* 66 */
+  {58, -1, RT_SPACE_DEVICE, 0, 512, 53248}, /* 67 */
+  {58, -1, RT_SPACE_HOST, 0, 512, 0}, /* 68 */
+  {59, -1, RT_SPACE_DEVICE, 0, 256, 53760}, /* 69 */
+  {59, -1, RT_SPACE_HOST, 0, 256, 768}, /* 70 */
+  {60, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 71 */
+  {61, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 72 */
+  {61, -1, RT_SPACE_HOST, 0, 128, 2560}, /* 73 */
+  {62, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 74 */
+  {63, -1, RT_SPACE_DEVICE, 0, 16, 54016}, /* 75 */
+  {62, -1, RT_SPACE_HOST, 0, 128, 2816}, /* 76 */
+  {63, -1, RT_SPACE_HOST, 0, 16, 3840}, /* 77 */
+  {64, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 78 */
+  {64, -1, RT_SPACE_HOST, 0, 256, 1024}, /* 79 */
+  {65, -1, RT_SPACE_DEVICE, 0, 4, 59392}, /* 80 */
+  {66, -1, RT_SPACE_DEVICE, 0, 16, 53504}, /* 81 */
+  {66, -1, RT_SPACE_HOST, 0, 16, 4096}, /* 82 */
+  {64, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 83 */
+  {66, -1, RT_SPACE_DEVICE, 0, 16, 54016}, /* 84 */
+  {62, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 85 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 53504}, /* 86 */
+  {61, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 87 */
+  {63, -1, RT_SPACE_DEVICE, 0, 16, 54272}, /* 88 */
+  {68, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 89 */
+  {59, -1, RT_SPACE_DEVICE, 0, 256, 53760}, /* 90 */
+  {69, -1, RT_SPACE_DEVICE, 0, 128, 54528}, /* 91 */
+  {58, -1, RT_SPACE_DEVICE, 0, 512, 53248}, /* 92 */
+  {70, -1, RT_SPACE_DEVICE, 0, 256, 54272}, /* 93 */
+  {56, -1, RT_SPACE_DEVICE, 0, 128, 54784}, /* 94 */
+  {71, -1, RT_SPACE_DEVICE, 0, 512, 53760}, /* 95 */
+  {55, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 96 */
+  {57, -1, RT_SPACE_DEVICE, 0, 16, 54272}, /* 97 */
+  {72, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 98 */
+  {73, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 99 */
+  {52, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 100 */
+  {74, -1, RT_SPACE_DEVICE, 0, 128, 54272}, /* 101 */
+  {51, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 102 */
+  {53, -1, RT_SPACE_DEVICE, 0, 32, 54784}, /* 103 */
+  {75, -1, RT_SPACE_DEVICE, 0, 128, 54528}, /* 104 */
+  {76, -1, RT_SPACE_DEVICE, 0, 256, 53504}, /* 105 */
+  {-1, 24, RT_SPACE_DEVICE, 0, 256, 53760}, /* 106 */
+  {48, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 107 */
+  {77, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 108 */
+  {47, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 109 */
+  {49, -1, RT_SPACE_DEVICE, 0, 16, 54528}, /* 110 */
+  {78, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 111 */
+  {79, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 112 */
+  {80, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 113 */
 };
 
 /* per op: input tensors, then output tensors */

@@ -15,7 +15,7 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 2
+#define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
@@ -29,8 +29,10 @@ typedef struct rt_SchedTensor {
   int64_t shape[RT_SCHED_MAX_RANK];
   int64_t bytes;
 } rt_SchedTensor;
+/* ABI 3: home is 1 on the buffer that holds a resident tensor between
+ * steps (its device buffer, or the host buffer of a host-homed one). */
 typedef struct rt_SchedBuffer {
-  int32_t tensor, workspace_of, space;
+  int32_t tensor, workspace_of, space, home;
   int64_t bytes, offset;
 } rt_SchedBuffer;
 typedef struct rt_SchedAttr {
@@ -96,29 +98,29 @@ static const rt_SchedTensor tensors[16] = {
   {"dh", 1, 4, 2, 0, {2, 4, 0, 0, 0, 0, 0, 0}, 16}, /* 15 */
 };
 
-/* tensor, workspace_of, space, bytes, offset */
+/* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[21] = {
-  {0, -1, RT_SPACE_DEVICE, 32, 1792}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 8, 2816}, /* 1 */
-  {2, -1, RT_SPACE_DEVICE, 64, 0}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 48, 1280}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 64, 256}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 48, 1536}, /* 5 */
-  {6, -1, RT_SPACE_DEVICE, 64, 512}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 64, 768}, /* 7 */
-  {8, -1, RT_SPACE_DEVICE, 16, 1024}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 16, 2304}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 24, 1024}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 4, 3072}, /* 11 */
-  {12, -1, RT_SPACE_DEVICE, 8, 2048}, /* 12 */
-  {10, -1, RT_SPACE_DEVICE, 24, 1024}, /* 13 */
-  {11, -1, RT_SPACE_DEVICE, 4, 2048}, /* 14 */
-  {12, -1, RT_SPACE_DEVICE, 8, 2560}, /* 15 */
-  {13, -1, RT_SPACE_DEVICE, 24, 2048}, /* 16 */
-  {14, -1, RT_SPACE_DEVICE, 16, 2560}, /* 17 */
-  {-1, 5, RT_SPACE_DEVICE, 64, 1024}, /* 18 */
-  {8, -1, RT_SPACE_DEVICE, 16, 1024}, /* 19 */
-  {15, -1, RT_SPACE_DEVICE, 16, 2048}, /* 20 */
+  {0, -1, RT_SPACE_DEVICE, 1, 32, 1792}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 8, 2816}, /* 1 */
+  {2, -1, RT_SPACE_DEVICE, 1, 64, 0}, /* 2 */
+  {3, -1, RT_SPACE_DEVICE, 1, 48, 1280}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 64, 256}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 48, 1536}, /* 5 */
+  {6, -1, RT_SPACE_DEVICE, 1, 64, 512}, /* 6 */
+  {7, -1, RT_SPACE_DEVICE, 1, 64, 768}, /* 7 */
+  {8, -1, RT_SPACE_DEVICE, 0, 16, 1024}, /* 8 */
+  {9, -1, RT_SPACE_DEVICE, 0, 16, 2304}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 0, 24, 1024}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 0, 4, 3072}, /* 11 */
+  {12, -1, RT_SPACE_DEVICE, 0, 8, 2048}, /* 12 */
+  {10, -1, RT_SPACE_DEVICE, 0, 24, 1024}, /* 13 */
+  {11, -1, RT_SPACE_DEVICE, 0, 4, 2048}, /* 14 */
+  {12, -1, RT_SPACE_DEVICE, 0, 8, 2560}, /* 15 */
+  {13, -1, RT_SPACE_DEVICE, 0, 24, 2048}, /* 16 */
+  {14, -1, RT_SPACE_DEVICE, 0, 16, 2560}, /* 17 */
+  {-1, 5, RT_SPACE_DEVICE, 0, 64, 1024}, /* 18 */
+  {8, -1, RT_SPACE_DEVICE, 0, 16, 1024}, /* 19 */
+  {15, -1, RT_SPACE_DEVICE, 0, 16, 2048}, /* 20 */
 };
 
 /* per op: input tensors, then output tensors */
