@@ -16,7 +16,7 @@ int plan_decide_keep_all(const Graph *g, const Device *d, const PlanOptions *o, 
 
 const PlanStrategy plan_strategies[] = {
     {"keep-all", plan_decide_keep_all, NULL},
-    {"ilp", plan_decide_ilp, NULL},
+    {"ilp", plan_decide_placed, NULL},
     {"checkpoint-layers", plan_decide_checkpoint_layers, NULL},
     {"sqrt-n", plan_decide_sqrt_n, NULL},
     {"offload-all", plan_decide_offload_all, NULL},

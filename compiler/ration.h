@@ -430,6 +430,10 @@ Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o,
 /* The ILP (compiler/ilp/): decide, its model's peak for any decision vector
  * (equal to the simulator's), and the smallest arena it can reach. */
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
+/* The ilp strategy (plan_homes.c): the ilp with everything resident on the
+ * device, or where it finds no plan, the fewest params and optimizer state
+ * host-homed (by a fixed order) that let it meet the budget. */
+int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */

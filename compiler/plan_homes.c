@@ -1,0 +1,158 @@
+/*
+ * plan_homes.c - where params and optimizer state wait between steps when
+ * the ilp cannot meet the budget with them all on the device: the ilp
+ * strategy's outer rule (docs/PLANNING.md 1.2). The activation ilp decides
+ * first; only when it finds no plan does this host-home resident tensors
+ * (docs/PLANNING.md 1.1), in a fixed order, as few as the budget needs,
+ * and let the ilp decide the activations again in the device memory they
+ * free. Each candidate plan is built and judged by the simulator and the
+ * layout, so the plan returned is exact; its choice is a rule, not yet
+ * columns of the ilp (whose objective does not see the homes' copies).
+ */
+#include "ration.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Host-homing candidates in the order they are taken into cand, with their
+ * decision in how[t]: optimizer state first (on the device only around its
+ * update, so its bytes leave the activations' peak whole), then params
+ * (host-refetch where allowed: off the device between their forward and
+ * backward use), each group largest first. Returns how many. */
+static int home_candidates(const Graph *g, int *cand, Decision *how) {
+  int n = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    int start = n;
+    for (int t = 0; t < g->ntensors; t++) {
+      Kind k = g->tensors[t].kind;
+      if ((pass == 0) != (k == KIND_OPTSTATE) || !plan_home_allowed(g, t, DEC_HOST)) continue;
+      how[t] = plan_home_allowed(g, t, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
+      int j = n++;
+      for (; j > start && g->tensors[cand[j - 1]].bytes < g->tensors[t].bytes; j--) cand[j] = cand[j - 1];
+      cand[j] = t;
+    }
+  }
+  return n;
+}
+
+typedef struct Search {
+  const Graph *g;
+  const Device *d;
+  const PlanOptions *o;
+  const int *cand;
+  const Decision *how;
+  Decision *act;    /* scratch: the ilp's decisions, then the homes */
+  Decision *best;   /* the fastest fitting decisions so far */
+  double best_step; /* its simulated step; < 0: none */
+  SolverInfo si;    /* the ilp's run behind best */
+  int last_k;       /* the last try's prefix and activation budget, and its arena: */
+  int64_t last_budget, last_arena; /* a solve is not repeated */
+} Search;
+
+/* The ilp's activation decisions at ACT_BUDGET with the first K candidates
+ * host-homed (their host bytes taken from host_memory), into s->act; the
+ * plan's arena, or -1 when the ilp finds none there. A plan that fits the
+ * budget and is faster than the best so far becomes the best. */
+static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budget) {
+  const Graph *g = s->g;
+  if (k == s->last_k && act_budget == s->last_budget) return s->last_arena;
+  s->last_k = k, s->last_budget = act_budget, s->last_arena = -1;
+  Device dd = *s->d;
+  if (dd.host_memory > 0 && (dd.host_memory -= home_bytes) <= 0) return -1;
+  PlanOptions po = *s->o;
+  po.budget_bytes = act_budget;
+  po.quiet = true;
+  po.hint = NULL;
+  SolverInfo si = {.name = "none", .status = "not_used"};
+  Err e = {{0}};
+  for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
+  if (plan_decide_ilp(g, &dd, &po, s->act, &si, &e)) return -1;
+  for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
+  Plan *p = plan_from_decisions(g, s->d, s->act, &e);
+  if (!p) return -1;
+  int64_t arena = s->last_arena = p->arena_bytes;
+  if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
+    s->best_step = p->predicted.step_seconds;
+    memcpy(s->best, s->act, (size_t)g->ntensors * sizeof *s->best);
+    s->si = si;
+  }
+  plan_free(p);
+  return arena;
+}
+
+/* The first K candidates host-homed: the ilp is given the budget plus the
+ * bytes they free, less what the plan then overshoots the budget by, up to
+ * three times, and at last its smallest budget (least), where its
+ * decisions are those of the plan the search names as the smallest. */
+static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
+  int64_t budget = s->o->budget_bytes, act_budget = budget + home_bytes;
+  for (int round = 0; round < 3 && act_budget > least; round++) {
+    double before = s->best_step;
+    int64_t arena = try_homes(s, k, home_bytes, act_budget);
+    if (arena < 0) break;
+    if ((s->best_step >= 0 && s->best_step != before) || arena <= budget) return;
+    act_budget -= arena - budget;
+  }
+  try_homes(s, k, home_bytes, least);
+}
+
+int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+  /* Everything on the device when the ilp meets the budget so; on a
+   * unified_memory device a host home saves nothing. */
+  int rc = plan_decide_ilp(g, d, o, dec, si, e);
+  if (rc == 0 || d->unified_memory) return rc;
+  int n = g->ntensors;
+  Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1};
+  int *cand = util_xcalloc((size_t)n + 1, sizeof *cand);
+  Decision *how = util_xcalloc((size_t)n + 1, sizeof *how);
+  s.act = util_xcalloc((size_t)n + 1, sizeof *s.act);
+  s.best = util_xcalloc((size_t)n + 1, sizeof *s.best);
+  int64_t *bytes = util_xcalloc((size_t)n + 2, sizeof *bytes); /* bytes[k]: the first k candidates' host bytes */
+  rc = -1;
+  if (!cand || !how || !s.act || !s.best || !bytes) {
+    err_set(e, "%s: out of memory", g->path);
+    goto out;
+  }
+  s.cand = cand, s.how = how;
+  int ncand = home_candidates(g, cand, how), nopt = 0;
+  for (int i = 0; i < ncand; i++) {
+    bytes[i + 1] = bytes[i] + plan_host_share(g, cand[i]);
+    nopt += g->tensors[cand[i]].kind == KIND_OPTSTATE;
+  }
+  char note[sizeof si->note] = "";
+  Err me = {{0}};
+  int64_t least = ncand > 0 ? plan_ilp_min_budget(g, d, o, note, &me) : -1;
+  if (least < 0) goto out; /* the ilp's own error stands */
+  /* The fewest candidates whose bytes cover what the ilp alone lacks, else
+   * all the optimizer state, else everything: the first that fits. */
+  int k1 = 1;
+  while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
+  int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
+  for (int i = 0; i < 3 && s.best_step < 0; i++)
+    if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
+  if (s.best_step < 0) {
+    /* The smallest budget with every candidate home: the ilp's smallest
+     * activations (at least) under them. */
+    int64_t reach = try_homes(&s, ncand, bytes[ncand], least);
+    char b1[32], b2[32];
+    if (reach > 0)
+      err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s even with params and optimizer state on the host"
+                 "; the smallest budget planned is %" PRId64 " bytes (%s)",
+              g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, reach,
+              util_fmt_bytes(reach, b2, sizeof b2));
+    goto out;
+  }
+  memcpy(dec, s.best, (size_t)n * sizeof *dec);
+  *si = s.si;
+  e->msg[0] = '\0';
+  rc = 0;
+out:
+  free(cand);
+  free(how);
+  free(s.act);
+  free(s.best);
+  free(bytes);
+  return rc;
+}

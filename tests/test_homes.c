@@ -1,0 +1,95 @@
+/*
+ * test_homes.c - the ilp strategy places params and optimizer state
+ * (plan_homes.c): on a small gpt2 graph and a device with copy engines,
+ * below the smallest budget the ilp reaches with them on the device it
+ * host-homes some, and the plan fits the budget and passes the
+ * simulator's checks; an infeasible budget names a smallest budget below
+ * the ilp's own, and a plan is made at it; on a unified_memory device
+ * nothing is host-homed and the refusal is the ilp's own.
+ */
+#include "ration.h"
+#include "test.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *copy_engines =
+    "{\"format\": \"ration-device/1\", \"name\": \"engines\", \"memory\": \"1GiB\", \"reserve\": 0,"
+    " \"peak_tflops\": {\"f32\": 0.05}, \"hbm_gbps\": 50, \"h2d_gbps\": 5, \"d2h_gbps\": 5, \"launch_us\": 1,"
+    " \"host_memory\": \"1GiB\"}";
+
+static Graph *small_gpt2(void) {
+  ModelConfig c;
+  Err e;
+  if (model_defaults("gpt2", &c, &e)) return NULL;
+  c.name = "gpt2-small-homes";
+  c.layers = 2, c.dim = 32, c.heads = 4, c.vocab = 128, c.seq = 16, c.batch = 2, c.dtype = DT_F32;
+  Buf b = {0};
+  Graph *g = model_build(&c, &b, &e) ? NULL : graph_parse(c.name, b.data, b.len, &e);
+  buf_free(&b);
+  return g;
+}
+
+static int64_t named_smallest(const char *msg) {
+  const char *at = strstr(msg, "the smallest budget planned is ");
+  return at ? strtoll(at + strlen("the smallest budget planned is "), NULL, 10) : -1;
+}
+
+static int count_homes(const Plan *p, const Graph *g) {
+  int n = 0;
+  for (int t = 0; t < g->ntensors; t++) n += p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH;
+  return n;
+}
+
+int main(void) {
+  Err e = {{0}};
+  Graph *g = small_gpt2();
+  Device *d = device_parse("engines.json", copy_engines, strlen(copy_engines), &e);
+  Device *cpu = device_load("budgets/cpu.json", &e);
+  T_CASE("fixtures") T_CHECKF(g && d && cpu, "%s", e.msg);
+  if (!g || !d || !cpu) T_DONE();
+  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true};
+  char note[640] = "";
+  int64_t least = plan_ilp_min_budget(g, d, &o, note, &e), optstate = 0;
+  for (int t = 0; t < g->ntensors; t++) optstate += g->tensors[t].kind == KIND_OPTSTATE ? g->tensors[t].bytes : 0;
+  T_CASE("the ilp alone has a smallest budget") T_CHECKF(least > optstate, "%s", e.msg);
+  o.budget_bytes = least - optstate / 4;
+  Plan *p = plan_make(g, d, &o, &e);
+  T_CASE("below it: some optimizer state host-homed, the plan within the budget and valid") {
+    T_CHECKF(p != NULL, "%s", e.msg);
+    T_CHECK(p && count_homes(p, g) > 0 && p->arena_bytes <= o.budget_bytes && sim_check(p, g, &e) == 0);
+    for (int t = 0; p && t < g->ntensors; t++)
+      if (p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH)
+        T_CHECKF(g->tensors[t].kind == KIND_OPTSTATE, "%s (%s) host-homed before all optimizer state", g->tensors[t].name,
+                 graph_kind_name(g->tensors[t].kind));
+  }
+  plan_free(p);
+  o.budget_bytes = 1;
+  e.msg[0] = 0;
+  p = plan_make(g, d, &o, &e);
+  int64_t reach = named_smallest(e.msg);
+  T_CASE("budget 1: a smallest budget below the ilp's own, with params and optimizer state on the host")
+    T_CHECKF(!p && reach > 0 && reach < least - optstate, "%s (the ilp alone: %" PRId64 ")", e.msg, least);
+  o.budget_bytes = reach;
+  p = reach > 0 ? plan_make(g, d, &o, &e) : NULL;
+  T_CASE("a plan at that smallest budget") T_CHECKF(p && p->arena_bytes <= reach && count_homes(p, g) > 0, "%s", e.msg);
+  plan_free(p);
+  o.budget_bytes = 1;
+  Err direct = {{0}};
+  Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
+  SolverInfo si = {.name = "none", .status = "not_used"};
+  plan_decide_ilp(g, cpu, &o, dec, &si, &direct);
+  free(dec);
+  e.msg[0] = 0;
+  p = plan_make(g, cpu, &o, &e);
+  T_CASE("unified_memory: nothing host-homed, the ilp's own refusal") {
+    T_CHECK(!p && !strstr(e.msg, "on the host") && named_smallest(e.msg) > 0);
+    T_CHECKF(!strcmp(e.msg, direct.msg), "%s, the ilp: %s", e.msg, direct.msg);
+  }
+  plan_free(p);
+  graph_free(g);
+  device_free(d);
+  device_free(cpu);
+  T_DONE();
+}
