@@ -152,7 +152,9 @@ Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, 
     p->decisions[t] = dec[t];
   }
   for (int t = 0; t < g->ntensors; t++) {
-    if (!graph_is_resident(&g->tensors[t]) || dec[t] == DEC_NONE || dec[t] == DEC_KEEP) continue;
+    /* Only a home decision means something for a resident tensor (a
+     * vector filled with one stashed decision throughout says nothing). */
+    if (!graph_is_resident(&g->tensors[t]) || (dec[t] != DEC_HOST && dec[t] != DEC_HOST_REFETCH)) continue;
     if (!plan_home_allowed(g, t, dec[t])) {
       err_set(e, "%s: tensors[%d]: \"%s\" cannot take decision %s", g->path, t, g->tensors[t].name,
               plan_decision_name(dec[t]));

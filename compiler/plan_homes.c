@@ -102,7 +102,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   /* Everything on the device when the ilp meets the budget so; on a
    * unified_memory device a host home saves nothing. */
   int rc = plan_decide_ilp(g, d, o, dec, si, e);
-  if (rc == 0 || d->unified_memory) return rc;
+  if (rc == 0 || d->unified_memory || o->device_homes_only) return rc;
   int n = g->ntensors;
   Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1};
   int *cand = util_xcalloc((size_t)n + 1, sizeof *cand);

@@ -392,6 +392,9 @@ typedef struct PlanOptions {
   /* Decisions to start from, e.g. the same strategy's plan at a smaller
    * budget (which then bounds the answer: it fits here too), or NULL. */
   const Decision *hint;
+  /* The ilp strategy keeps every resident tensor on the device (the
+   * activation ilp alone, its own refusal where it finds no plan). */
+  bool device_homes_only;
 } PlanOptions;
 
 /* A strategy fills dec[] (one entry per graph tensor; only stashed tensors

@@ -39,8 +39,10 @@ static long long number_after(const char *msg, const char *lead) {
   return at ? atoll(at + strlen(lead)) : -1;
 }
 
+/* The activation ilp: its promises are about the family with every
+ * resident tensor on the device. */
 static Plan *ilp_at(const Graph *g, const Device *d, int64_t budget, Err *e) {
-  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = budget, .quiet = true};
+  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = budget, .quiet = true, .device_homes_only = true};
   return plan_make(g, d, &o, e);
 }
 
