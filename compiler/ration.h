@@ -543,6 +543,7 @@ typedef struct MilpOptions {
   void *separate_ctx;
   double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
+  double dive_gap;       /* the first tree stops once its incumbent is within this of its bound (0: at mip_gap) */
   /* Before that tree: makes x (a solution, all ncols values) a better one
    * in place by the caller's own search around it, guided by lp_x (the
    * relaxation's point) and bound; false when it found none. The tree then

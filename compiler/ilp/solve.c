@@ -24,6 +24,14 @@
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 #define ILP_GOOD_GAP 0.01    /* ... and, on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
+/* The time solve's first tree stops within this of its bound; the proof
+ * tree (with cuts, to ILP_PROOF_GAP) takes it from there. Past it GLPK's
+ * dives raise the bound slowly and rarely find a better plan: chain-16 of
+ * bench/gen_graph.py at its smallest budget reached 2% in 0.5 s of a tree
+ * that ran its whole count (12 s) and ended 1.0% above its bound with the
+ * plan it started from. The memory solve's tree runs to ILP_GAP: the
+ * smallest budget is the least peak it finds. */
+#define ILP_DIVE_GAP 0.02
 #define ILP_PROOF_WORK 8e9   /* the tree with cuts after one that ends above ILP_PROOF_GAP, counted like the first (ILP_TREE_WORK) */
 
 /* ------------------------------------------------------------ counted work and the starts */
@@ -283,6 +291,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
                     .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
+                    .dive_gap = goal & GOAL_MEMORY ? 0 : ILP_DIVE_GAP,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
