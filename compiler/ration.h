@@ -521,6 +521,7 @@ typedef struct MilpOptions {
   long tree_iterations; /* ... and simplex iterations in them, 0: none */
   bool skip_tree;     /* the neighbourhoods' answer stands: no branch and bound */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
+  bool no_pump;             /* ... searched without GLPK's feasibility pump (its work is not counted) */
   int neighbourhoods;       /* ... searched: 0, 1 (around the LP) or 2 (then the LP and the incumbent) */
   long lp_iterations;       /* simplex iterations for the relaxation, 0: none */
   /* GLPK: column upper bounds of a looser problem (>= the real ones) whose

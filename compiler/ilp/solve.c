@@ -19,6 +19,13 @@
 #define ILP_NODE_WORK 1e6    /* larger ones: in nodes, at most this many over the nonzeros */
 #define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
 #define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
+/* ... without GLPK's feasibility pump on models whose tree is counted in
+ * simplex iterations (ILP_CHEAP_NNZ): the pump's iterations are not
+ * counted, and on skips-16 of bench/gen_graph.py it took 69 of the 70 s
+ * CPU of the memory solve (its two neighbourhoods: 141 and 154 s on a
+ * loaded machine), where without it they take 4 s each and find the same
+ * plans. The large models keep it (llama3-8b: a first solution in 30
+ * nodes instead of 80). */
 #define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
@@ -284,7 +291,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
-                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK),
+                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK), .no_pump = cheap_tree,
                     .good_gap = !cheap_tree ? ILP_GOOD_GAP : 0,
                     .skip_tree = no_tree, .loose_ub = loose,
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
