@@ -560,6 +560,7 @@ typedef struct MilpOptions {
   long tree_iterations; /* ... and simplex iterations in them, 0: none */
   bool skip_tree;     /* the neighbourhoods' answer stands: no branch and bound */
   long neighbourhood_nodes; /* the same for the LP's neighbourhood (GLPK) */
+  bool no_pump;             /* ... searched without GLPK's feasibility pump (its work is not counted) */
   int neighbourhoods;       /* ... searched: 0, 1 (around the LP) or 2 (then the LP and the incumbent) */
   long lp_iterations;       /* simplex iterations for the relaxation, 0: none */
   /* GLPK: column upper bounds of a looser problem (>= the real ones) whose
@@ -582,6 +583,7 @@ typedef struct MilpOptions {
   void *separate_ctx;
   double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
+  double dive_gap;       /* the first tree stops once its incumbent is within this of its bound (0: at mip_gap) */
   /* Before that tree: makes x (a solution, all ncols values) a better one
    * in place by the caller's own search around it, guided by lp_x (the
    * relaxation's point) and bound; false when it found none. The tree then

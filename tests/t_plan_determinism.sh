@@ -47,10 +47,10 @@ for f in "$tmp"/idle/*.plan.json; do
 done
 if [ $counted -gt 0 ]; then ok "$counted of the solves stopped at their counted limit"; else fail "a solve stopped at its counted limit"; fi
 
-# --time-limit: a solve that needs far longer (gpt2-tiny at 80% of keep-all).
+# --time-limit: a solve that needs far longer (gpt2-124m near its smallest budget: 5.3 s CPU).
 for limit in 1 2; do
   t0=$(date +%s.%N)
-  $RATION plan models/gpt2-tiny.json --device h100-sxm-80g --budget 80% --time-limit $limit -o "$tmp/tl" >/dev/null 2>"$tmp/tl.err"
+  $RATION plan models/gpt2-124m.json --device h100-sxm-80g --budget 3700000000 --time-limit $limit -o "$tmp/tl" >/dev/null 2>"$tmp/tl.err"
   st=$?; t1=$(date +%s.%N)
   if python3 - "$tmp/tl.plan.json" "$limit" "$t0" "$t1" "$st" <<'EOF'
 import json, sys
@@ -67,7 +67,7 @@ assert abs(s["gap"] - (s["objective"] - s["bound"]) / s["objective"]) < 1e-6, s
 EOF
   then ok "--time-limit $limit: returned in time, status time_limit, solver fields true to the run"
   else fail "--time-limit $limit: returned in time, status time_limit, solver fields true to the run" "$(cat "$tmp/tl.err")"; fi
-  if $RATION simulate models/gpt2-tiny.json "$tmp/tl.plan.json" --device h100-sxm-80g >/dev/null 2>"$tmp/sim.err"; then
+  if $RATION simulate models/gpt2-124m.json "$tmp/tl.plan.json" --device h100-sxm-80g >/dev/null 2>"$tmp/sim.err"; then
     ok "--time-limit $limit: the plan is valid"
   else fail "--time-limit $limit: the plan is valid" "$(cat "$tmp/sim.err")"; fi
 done

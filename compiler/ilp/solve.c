@@ -19,11 +19,26 @@
 #define ILP_NODE_WORK 1e6    /* larger ones: in nodes, at most this many over the nonzeros */
 #define ILP_TREE_MIN_NODES 2 /* ... and no tree at all for this many or fewer */
 #define ILP_NEIGHBOURHOOD_WORK 5e7 /* nonzeros times nodes in the LP's neighbourhood (gpt2-124m: all 200) */
+/* ... without GLPK's feasibility pump on models whose tree is counted in
+ * simplex iterations (ILP_CHEAP_NNZ): the pump's iterations are not
+ * counted, and on skips-16 of bench/gen_graph.py it took 69 of the 70 s
+ * CPU of the memory solve (its two neighbourhoods: 141 and 154 s on a
+ * loaded machine), where without it they take 4 s each and find the same
+ * plans. The large models keep it (llama3-8b: a first solution in 30
+ * nodes instead of 80). */
 #define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
 #define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
 #define ILP_GOOD_GAP 0.01    /* ... and, on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
+/* The time solve's first tree stops within this of its bound; the proof
+ * tree (with cuts, to ILP_PROOF_GAP) takes it from there. Past it GLPK's
+ * dives raise the bound slowly and rarely find a better plan: chain-16 of
+ * bench/gen_graph.py at its smallest budget reached 2% in 0.5 s of a tree
+ * that ran its whole count (12 s) and ended 1.0% above its bound with the
+ * plan it started from. The memory solve's tree runs to ILP_GAP: the
+ * smallest budget is the least peak it finds. */
+#define ILP_DIVE_GAP 0.02
 #define ILP_PROOF_WORK 8e9   /* the tree with cuts after one that ends above ILP_PROOF_GAP, counted like the first (ILP_TREE_WORK) */
 
 /* ------------------------------------------------------------ counted work and the starts */
@@ -276,13 +291,14 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
-                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK),
+                    .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK), .no_pump = cheap_tree,
                     .good_gap = !cheap_tree ? ILP_GOOD_GAP : 0,
                     .skip_tree = no_tree, .loose_ub = loose,
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
                     .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
+                    .dive_gap = goal & GOAL_MEMORY ? 0 : ILP_DIVE_GAP,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
