@@ -38,6 +38,8 @@ def load(d):
                 a = (np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
             elif dt == "i32":
                 a = np.fromfile(path, dtype=np.int32).astype(np.int64)
+            elif dt == "u8":
+                continue  # opaque runtime bytes (ration.runtime: the GPU backend's workspace), no model tensor
             else:
                 raise ValueError("dtype " + dt)
             vals[(name, when)] = torch.from_numpy(a.reshape(shape))
