@@ -14,7 +14,7 @@
 #   2 kernels every CUDA kernel against the CPU reference kernel, f32 and
 #             bf16, fresh random inputs, outputs poisoned first, and
 #             run-to-run bitwise determinism (gpu/kernels_check.c); the
-#             attention cases again with RATION_CUDA_ATTENTION=mma
+#             attention cases again with RATION_CUDA_ATTENTION=wmma
 #   3 tiny    gpt2-tiny and llama-tiny: one debug-mode step against PyTorch
 #             float64 (tests/torch_step.py); keep-all vs the tight ilp (and
 #             offload-all) plan for 20 steps: loss bits and every param,
@@ -26,7 +26,7 @@
 #             intercepted, cudaMemGetInfo around rt_open, nvidia-smi sampled)
 #             vs the arena bytes a step wrote (canary), predicted vs measured
 #             step time, bitwise agreement with keep-all; keep-all again
-#             with the mma attention (its losses next to wmma's); then a
+#             with the wmma attention (its losses next to mma's); then a
 #             profile-guided re-plan with the op times measured here
 #   5 torch   the same step in PyTorch eager, plain and checkpointed
 #   6 summary one table of the numbers above, printed last
@@ -96,15 +96,15 @@ nbin=$(ls $B/bin 2>/dev/null | wc -l)
 log "build: $nbin binaries in $B/bin, $(grep -c '^PREBUILT' "$OUT/build.log") of them prebuilt ($(grep -h '^build.sh:' "$OUT/build.log"))"
 
 # ------------------------------------------------------------ 2 kernels
-# The mma.sync flash attention (runtime/flash_mma.cuh) is opt-in until this
-# check passes it: its attention cases run again under the variable.
+# The mma.sync flash attention (runtime/flash_mma.cuh) is the default; the
+# wmma kernels it replaced stay selectable and checked.
 kernels() {
   $B/bin/kernels_check
-  RATION_CUDA_ATTENTION=mma $B/bin/kernels_check | grep '^[A-Z]* attention' | sed 's/^/mma /'
+  RATION_CUDA_ATTENTION=wmma $B/bin/kernels_check | grep '^[A-Z]* attention' | sed 's/^/wmma /'
 }
 [ "$BACKEND" = cuda ] && stage kernels 120 "$OUT/kernels.txt" kernels
 [ -f "$OUT/kernels.txt" ] && log "kernels: $(grep -c '^PASS' "$OUT/kernels.txt") PASS, $(grep -c '^FAIL' "$OUT/kernels.txt") FAIL; $(grep '^FAIL' "$OUT/kernels.txt" | head -5 | tr '\n' ';')"
-[ -f "$OUT/kernels.txt" ] && log "kernels, mma attention: $(grep -c '^mma PASS' "$OUT/kernels.txt") PASS, $(grep -c '^mma FAIL' "$OUT/kernels.txt") FAIL; $(grep '^mma FAIL' "$OUT/kernels.txt" | head -3 | tr '\n' ';')"
+[ -f "$OUT/kernels.txt" ] && log "kernels, wmma attention: $(grep -c '^wmma PASS' "$OUT/kernels.txt") PASS, $(grep -c '^wmma FAIL' "$OUT/kernels.txt") FAIL; $(grep '^wmma FAIL' "$OUT/kernels.txt" | head -3 | tr '\n' ';')"
 
 # compare A B: every hash and loss bit of run A equals run B's
 compare() {
@@ -168,9 +168,9 @@ g124() {
   done
   compare "$R/g124-keep-all.txt" "$R/g124-ilp.txt"
   if [ -x $B/bin/step-g124-keep-all ]; then
-    echo "=== g124-keep-all-mma: $G124_STEPS steps with RATION_CUDA_ATTENTION=mma"
-    RATION_CUDA_ATTENTION=mma $B/bin/step-g124-keep-all --backend "$BACKEND" --steps "$G124_STEPS" >"$R/g124-keep-all-mma.txt" 2>&1
-    grep -E '^(error|measured|loss)' "$R/g124-keep-all-mma.txt"
+    echo "=== g124-keep-all-wmma: $G124_STEPS steps with RATION_CUDA_ATTENTION=wmma"
+    RATION_CUDA_ATTENTION=wmma $B/bin/step-g124-keep-all --backend "$BACKEND" --steps "$G124_STEPS" >"$R/g124-keep-all-wmma.txt" 2>&1
+    grep -E '^(error|measured|loss)' "$R/g124-keep-all-wmma.txt"
   fi
   # Profiled on keep-all: the CUDA backend syncs after each op in profile
   # mode, so an op after a prefetch wait would be charged the wait.
