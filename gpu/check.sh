@@ -20,8 +20,9 @@
 #             offload-all) plan for 20 steps: loss bits and every param,
 #             grad and optimizer-state hash identical
 #   4 g124    gpt2-124m, batch 8, bf16, T 1024 (vocabulary 50257 and padded
-#             to 50304): keep-all and ilp at 60% of keep-all (or just above the
-#             smallest budget it meets); per schedule the
+#             to 50304): keep-all, ilp at 60% of keep-all (or just above the
+#             smallest budget it meets) and at 50% (optimizer state and
+#             params host-homed); per schedule the
 #             plan's peak vs what the runtime allocated (cudaMalloc
 #             intercepted, cudaMemGetInfo around rt_open, nvidia-smi sampled)
 #             vs the arena bytes a step wrote (canary), predicted vs measured
@@ -155,7 +156,7 @@ G124_STEPS=${G124_STEPS:-4}
 export G124_STEPS
 g124() {
   R=$OUT/runs; mkdir -p "$R"
-  for sc in v50257-keep-all -keep-all -ilp; do
+  for sc in v50257-keep-all -keep-all -ilp -homes; do
     n=g124$sc
     [ -x $B/bin/step-$n ] || { echo "no binary for $n"; continue; }
     echo "=== $n: $G124_STEPS steps, the first with the arena canary"
@@ -167,6 +168,7 @@ g124() {
     echo "nvidia_smi_peak_mib $(awk -F', ' -v s="# $n" '$0==s{on=1;next} /^#/{on=0} on&&$2>m{m=$2} END{print m+0}' "$OUT/smi.csv")"
   done
   compare "$R/g124-keep-all.txt" "$R/g124-ilp.txt"
+  compare "$R/g124-keep-all.txt" "$R/g124-homes.txt"
   if [ -x $B/bin/step-g124-keep-all ]; then
     echo "=== g124-keep-all-wmma: $G124_STEPS steps with RATION_CUDA_ATTENTION=wmma"
     RATION_CUDA_ATTENTION=wmma $B/bin/step-g124-keep-all --backend "$BACKEND" --steps "$G124_STEPS" >"$R/g124-keep-all-wmma.txt" 2>&1
