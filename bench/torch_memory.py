@@ -14,7 +14,19 @@ Run by bench/bench_torch_memory.sh (which builds the shim and the venv):
 DEVICE.json is the device ration plans for: budgets/cpu.json, whose
 "unified_memory" (the host is the same RAM) makes ration plan recompute
 only.
+
+On a GPU (gpu/torch_memory.sh runs it on the device machine):
+    python torch_memory.py RATION STEPS DEVICE.json --cuda [--compile-budgets 1.0,0.0]
+        [--plans checkpoint-layers,60%,smallest] [--compile-after S] [--plan-time-limit S] [MODEL ...]
+models and inputs live on the GPU, ration plans for DEVICE.json (a GPU
+profile: it offloads as well as recomputes), the peak is
+torch.cuda.max_memory_allocated over the step above what was allocated
+before it, step times are taken after a synchronize; torch.compile rows
+run last and are skipped once S seconds have passed since the start;
+--plan-time-limit is ration's --time-limit for each plan (the best plan
+found within it).
 """
+import argparse
 import ctypes
 import os
 import re
@@ -31,14 +43,69 @@ import ration_torch  # noqa: E402
 import torch_models  # noqa: E402
 from ration_torch._trace import storage_key, storage_nbytes  # noqa: E402
 
-RATION, STEPS, DEVICE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-MODELS = sys.argv[4:] or ["gpt2", "llama", "dit"]
-COMPILE_BUDGETS = [1.0, 0.5, 0.0]
-RATION_PLANS = ["checkpoint-layers", "100%", "80%", "60%", "40%", "smallest"]
+
+def options(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ration")
+    ap.add_argument("steps", type=int)
+    ap.add_argument("device")
+    ap.add_argument("models", nargs="*", default=["gpt2", "llama", "dit"])
+    ap.add_argument("--cuda", action="store_true")
+    ap.add_argument("--compile-budgets", default="1.0,0.5,0.0")
+    ap.add_argument("--plans", default="checkpoint-layers,100%,80%,60%,40%,smallest")
+    ap.add_argument("--compile-after", type=float, default=float("inf"))
+    ap.add_argument("--plan-time-limit", type=float, default=None)
+    return ap.parse_intermixed_args(argv)
+
+
+OPT = options(sys.argv[1:])
+RATION, STEPS, DEVICE, MODELS = OPT.ration, OPT.steps, OPT.device, OPT.models
+COMPILE_BUDGETS = [float(b) for b in OPT.compile_budgets.split(",") if b]
+RATION_PLANS = [p for p in OPT.plans.split(",") if p]
+ON = "cuda" if OPT.cuda else "cpu"
+START = time.perf_counter()
 os.environ["RATION"] = RATION
-heap = ctypes.CDLL(None)
-heap.peak_malloc_peak.restype = heap.peak_malloc_current.restype = ctypes.c_int64
 MiB = 1 << 20
+
+
+class HostHeap:
+    """The heap's bytes, from bench/peak_malloc.c preloaded (the CPU has no
+    max_memory_allocated)."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL(None)
+        self.lib.peak_malloc_peak.restype = self.lib.peak_malloc_current.restype = ctypes.c_int64
+
+    def current(self):
+        return self.lib.peak_malloc_current()
+
+    def reset(self):
+        self.lib.peak_malloc_reset()
+
+    def peak(self):
+        return self.lib.peak_malloc_peak()
+
+    def sync(self):
+        pass
+
+
+class CudaHeap:
+    """The caching allocator's bytes in use on the GPU."""
+
+    def current(self):
+        return torch.cuda.memory_allocated()
+
+    def reset(self):
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated()
+
+    def sync(self):
+        torch.cuda.synchronize()
+
+
+heap = CudaHeap() if OPT.cuda else HostHeap()
 
 
 def build(name):
@@ -49,12 +116,14 @@ def build(name):
     if name in ("gpt2", "llama"):
         model = (torch_models.GPT2(vocab=256, seq=256, dim=384, heads=6, layers=6) if name == "gpt2" else
                  torch_models.Llama(vocab=256, seq=256, dim=384, heads=6, kv_heads=2, ffn=1024, layers=6))
-        tokens = torch.randint(0, 256, (4, 257))
+        tokens = torch.randint(0, 256, (4, 257)).to(ON)
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        return model, (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)), (y,)
+        return (model.to(ON), (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)),
+                (y,))
     model = torch_models.DiT(channels=4, size=32, patch=2, dim=384, heads=6, layers=6)
     x, t, noise = torch.randn(4, 4, 32, 32), torch.randint(0, 1000, (4,)), torch.randn(4, 4, 32, 32)
-    return model, (x, t), lambda pred: F.mse_loss(pred, noise), (noise,)
+    x, t, noise = x.to(ON), t.to(ON), noise.to(ON)
+    return model.to(ON), (x, t), lambda pred: F.mse_loss(pred, noise), (noise,)
 
 
 def blocks_of(model):
@@ -77,8 +146,9 @@ def measure(model, inputs, loss_fn, targets, forward=None, run=None):
     for i in range(STEPS + 1):
         model.zero_grad(set_to_none=True)
         saved.clear()
-        base = heap.peak_malloc_current()
-        heap.peak_malloc_reset()
+        heap.sync()
+        base = heap.current()
+        heap.reset()
         t0 = time.perf_counter()
         if run is None:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -86,8 +156,9 @@ def measure(model, inputs, loss_fn, targets, forward=None, run=None):
         else:  # the plan's hooks: an inner pair of ours would replace them
             loss = loss_fn(forward(*inputs))
         loss.backward()
+        heap.sync()
         times.append(time.perf_counter() - t0)
-        peaks.append(heap.peak_malloc_peak() - base)
+        peaks.append(heap.peak() - base)
         del loss
     if run is not None:
         held = run.last_step.saved_bytes + run.last_step.offloaded_bytes
@@ -100,12 +171,62 @@ def row(model_name, method, setting, m):
     print(f"| {model_name} | {method} | {setting} | {saved / MiB:.1f} | {peak / MiB:.1f} | {secs * 1e3:.0f} |", flush=True)
 
 
-print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {STEPS} steps after a warm-up one, "
-      f"load {os.getloadavg()[0]:.1f}")
+def compile_rows(name, model, inputs, loss_fn, targets):
+    import torch._functorch.config as functorch_config
+    for budget in COMPILE_BUDGETS:
+        if time.perf_counter() - START > OPT.compile_after:
+            print(f"| {name} | torch.compile | activation_memory_budget {budget} | not run: past --compile-after | | |")
+            continue
+        torch._dynamo.reset()
+        functorch_config.activation_memory_budget = budget
+        compiled = torch.compile(model)
+        try:
+            m = measure(model, inputs, loss_fn, targets, compiled)
+        except Exception as e:
+            print(f"| {name} | torch.compile | activation_memory_budget {budget} | FAILED: {type(e).__name__}: "
+                  f"{str(e)[:300]} | | |", flush=True)
+            continue
+        row(name, "torch.compile", f"activation_memory_budget {budget}", m)
+    torch._dynamo.reset()
+
+
+def ration_rows(name, model, inputs, loss_fn, targets):
+    graph = ration_torch.export(model, inputs, loss_fn)
+    for setting in RATION_PLANS:
+        budget, strategy = (None, setting) if setting == "checkpoint-layers" else (setting, None)
+        try:
+            if budget == "smallest":  # as ration names it when asked for one byte
+                try:
+                    ration_torch.plan(graph, device=DEVICE, budget=1, time_limit=OPT.plan_time_limit)
+                except ration_torch.PlanError as e:
+                    least = re.search(r"the smallest budget planned is (\d+) bytes", str(e))
+                    if not least:
+                        raise
+                    budget = int(least.group(1))
+                    setting = f"smallest, {budget / MiB:.1f} MiB"
+            plan = ration_torch.plan(graph, device=DEVICE, budget=budget, strategy=strategy,
+                                     time_limit=OPT.plan_time_limit)
+        except ration_torch.PlanError as e:
+            print(f"| {name} | ration | {setting} | no plan: {e} | | |")
+            continue
+        by = plan.bytes_by_decision()
+        try:
+            with ration_torch.apply(model, plan) as run:
+                m = measure(model, inputs, loss_fn, targets, run=run)
+        except Exception as e:  # a failed row is reported and the next one runs
+            print(f"| {name} | ration plan | {setting} | FAILED: {type(e).__name__}: {str(e)[:300]} | | |", flush=True)
+            continue
+        row(name, "ration plan", f"{setting}: keep {by['keep'] / MiB:.1f}, recompute {by['recompute'] / MiB:.1f}, "
+            f"offload {by['offload'] / MiB:.1f} MiB", m)
+
+
+print(f"torch {torch.__version__} on {torch.cuda.get_device_name() if OPT.cuda else 'the CPU'}, "
+      f"{torch.get_num_threads()} threads, {STEPS} steps after a warm-up one, load {os.getloadavg()[0]:.1f}")
 print("| model | method | setting | saved MiB | peak MiB | step ms |")
 print("|---|---|---|---|---|---|")
+built = {}
 for name in MODELS:
-    model, inputs, loss_fn, targets = build(name)
+    built[name] = model, inputs, loss_fn, targets = build(name)
     row(name, "eager", "-", measure(model, inputs, loss_fn, targets))
     blocks = blocks_of(model)
     plain = [b.forward for b in blocks]
@@ -114,32 +235,6 @@ for name in MODELS:
     row(name, "torch.utils.checkpoint", f"every block ({len(blocks)})", measure(model, inputs, loss_fn, targets))
     for b, f in zip(blocks, plain):
         b.forward = f
-    import torch._functorch.config as functorch_config
-    for budget in COMPILE_BUDGETS:
-        torch._dynamo.reset()
-        functorch_config.activation_memory_budget = budget
-        compiled = torch.compile(model)
-        row(name, "torch.compile", f"activation_memory_budget {budget}",
-            measure(model, inputs, loss_fn, targets, compiled))
-    torch._dynamo.reset()
-    graph = ration_torch.export(model, inputs, loss_fn)
-    for setting in RATION_PLANS:
-        budget, strategy = (None, setting) if setting == "checkpoint-layers" else (setting, None)
-        try:
-            if budget == "smallest":  # as ration names it when asked for one byte
-                try:
-                    ration_torch.plan(graph, device=DEVICE, budget=1)
-                except ration_torch.PlanError as e:
-                    least = re.search(r"the smallest budget planned is (\d+) bytes", str(e))
-                    if not least:
-                        raise
-                    budget = int(least.group(1))
-                    setting = f"smallest, {budget / MiB:.1f} MiB"
-            plan = ration_torch.plan(graph, device=DEVICE, budget=budget, strategy=strategy)
-        except ration_torch.PlanError as e:
-            print(f"| {name} | ration | {setting} | no plan: {e} | | |")
-            continue
-        by = plan.bytes_by_decision()
-        with ration_torch.apply(model, plan) as run:
-            m = measure(model, inputs, loss_fn, targets, run=run)
-        row(name, "ration plan", f"{setting}: keep {by['keep'] / MiB:.1f}, recompute {by['recompute'] / MiB:.1f} MiB", m)
+    ration_rows(name, model, inputs, loss_fn, targets)
+for name in MODELS:  # last: torch.compile's first compile of a model can take a minute
+    compile_rows(name, *built[name])
