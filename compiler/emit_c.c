@@ -21,8 +21,10 @@ static const char abi_block[] =
     "#define RATION_SCHED_ABI 3\n"
     "enum { RT_SCHED_MAX_RANK = 8 };\n"
     "enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };\n"
+    "/* RT_STEP_ZERO (to): fill a grad's device home with zeros before its\n"
+    " * first use; a grad without one is zeroed at the step's start. */\n"
     "enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,\n"
-    "       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };\n"
+    "       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };\n"
     "enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };\n"
     "/* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;\n"
     " * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */\n"
@@ -177,6 +179,8 @@ static const char *step_kind_macro(StepKind k) {
   case STEP_OFFLOAD_WAIT: return "RT_STEP_OFFLOAD_WAIT";
   case STEP_PREFETCH: return "RT_STEP_PREFETCH";
   case STEP_PREFETCH_WAIT: return "RT_STEP_PREFETCH_WAIT";
+  case STEP_ZERO: return "RT_STEP_ZERO";
+  case STEP_KIND_COUNT: break;
   }
   return "?";
 }
@@ -205,6 +209,8 @@ static void put_step_comment(Buf *b, const Plan *p, const Graph *g, int s) {
   case STEP_OFFLOAD_WAIT: buf_printf(b, "offload_wait %d", st->from); break;
   case STEP_PREFETCH: buf_printf(b, "prefetch %d -> %d", st->from, st->to); break;
   case STEP_PREFETCH_WAIT: buf_printf(b, "prefetch_wait %d", st->to); break;
+  case STEP_ZERO: buf_printf(b, "zero %d", st->to); break;
+  case STEP_KIND_COUNT: break;
   }
   buf_printf(b, " */\n");
 }

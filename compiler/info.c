@@ -16,17 +16,28 @@ static const Device unit_device = {
     .name = "none", .peak_tflops = {1, 1, 1, 1, 1, 1}, .hbm_gbps = 1, .h2d_gbps = 1, .d2h_gbps = 1};
 
 int info_lower_bound(const Graph *g, int64_t *resident, int64_t *working_set, int *at_op) {
-  int64_t res = 0, best = 0;
+  int64_t res = 0, best = -1, best_res = 0, best_ws = 0;
   int best_op = -1;
-  for (int t = 0; t < g->ntensors; t++)
-    if (graph_is_resident(&g->tensors[t])) res += g->tensors[t].bytes;
+  /* Resident bytes on the device at op i: res plus, from its start op on, a
+   * grad's (plan_grad_start_op), which grad_from adds at that op. */
+  int64_t *grad_from = util_xcalloc((size_t)g->nops + 1, sizeof *grad_from);
+  if (!grad_from) return -1;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!graph_is_resident(&g->tensors[t])) continue;
+    int z = plan_grad_start_op(g, t);
+    *(z >= 0 ? &grad_from[z] : &res) += g->tensors[t].bytes;
+  }
   /* An op's activation inputs, outputs and workspace are on the device
    * together while it runs; a tensor named twice counts once. */
   char *seen = util_xcalloc((size_t)g->ntensors, 1);
-  if (!seen) return -1;
+  if (!seen) {
+    free(grad_from);
+    return -1;
+  }
   for (int i = 0; i < g->nops; i++) {
     const Op *op = &g->ops[i];
     int64_t ws = op->workspace;
+    res += grad_from[i];
     for (int side = 0; side < 2; side++) {
       const int *ids = side ? op->outputs : op->inputs;
       int n = side ? op->noutputs : op->ninputs;
@@ -42,11 +53,13 @@ int info_lower_bound(const Graph *g, int64_t *resident, int64_t *working_set, in
       int n = side ? op->noutputs : op->ninputs;
       for (int k = 0; k < n; k++) seen[ids[k]] = 0;
     }
-    if (ws > best) best = ws, best_op = i;
+    if (res + ws > best) best = res + ws, best_res = res, best_ws = ws, best_op = i;
   }
   free(seen);
-  *resident = res;
-  *working_set = best;
+  free(grad_from);
+  if (best_op < 0) best_res = res; /* no ops: every resident byte, no working set */
+  *resident = best_res;
+  *working_set = best_ws;
   *at_op = best_op;
   return 0;
 }
@@ -87,7 +100,7 @@ int info_report(const Graph *g, const Device *d, Buf *out, Err *e) {
   buf_printf(out, "peak\n");
   line_bytes(out, "keep-all", keep_all);
   line_bytes(out, "lower bound", resident + working);
-  line_bytes(out, "  resident", resident);
+  line_bytes(out, "  resident there", resident);
   const char *op = at_op >= 0 ? g->ops[at_op].name : "none";
   int fit = (int)util_utf8_prefix(op, sizeof label - sizeof "  largest op ()");
   snprintf(label, sizeof label, "  largest op (%.*s)", fit, op);

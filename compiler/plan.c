@@ -72,6 +72,11 @@ Step *plan_add_step(Plan *p, StepKind kind) {
   return s;
 }
 
+const char *plan_step_kind_name(StepKind k) {
+  static const char *const names[STEP_KIND_COUNT] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait", "zero"};
+  return k >= 0 && k < STEP_KIND_COUNT ? names[k] : "?";
+}
+
 const char *plan_decision_name(Decision d) {
   switch (d) {
   case DEC_KEEP: return "keep";

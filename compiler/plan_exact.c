@@ -24,7 +24,9 @@
  *                 over R and S is that of the paper's binary F
  *   memory        U[t][k0] = sum_v b_v S[t][v] + out(k0) R[t][k0]
  *                 U[t][k]  = U[t][k'] - sum_v b_v F[t][k'][v] + out(k) R[t][k]
- *                 U[t][k] + workspace(k) R[t][k] <= budget - resident bytes
+ *                 U[t][k] + workspace(k) R[t][k] <= budget - resident bytes,
+ *                 a grad's counted from its first user's own step on
+ *                 (plan_grad_start_op: zeroed there, as the family does)
  * Objective: sum of R[t][k] times the op's time. With binary F that is
  * Checkmate's 2n^2 + n|E| binaries; here n^2 + (S per tensor) binaries, and
  * S[t][v] exists only up to v's last reader (holding it longer only costs
@@ -57,7 +59,8 @@ typedef struct Exact {
   int **fs;         /* op -> activations it reads or writes (deduplicated) */
   int *nfs;
   int64_t *out_bytes; /* op -> bytes of its activation outputs */
-  int64_t resident;   /* bytes of every resident tensor */
+  int64_t resident;   /* bytes of every resident tensor occupied all step */
+  int64_t *grads_from; /* stage -> bytes of the grads whose start op it is */
   int *R;           /* [t*n+k] -> column or -1 */
   int *S;           /* [t*ntensors+v] -> column or -1 */
   int **F;          /* [t*n+k] -> nfs[k] columns, NULL if (t,k) inactive */
@@ -79,6 +82,15 @@ static bool is_act(const Graph *g, int v) { return !graph_is_resident(&g->tensor
 static int R_at(const Exact *x, int t, int k) { return k > t ? -1 : x->R[t * x->n + k]; }
 static int S_at(const Exact *x, int t, int v) { return t >= x->n ? -1 : x->S[(size_t)t * x->g->ntensors + v]; }
 
+/* Resident bytes occupied for the whole step: all but the grads that have
+ * a start op. */
+static int64_t resident_all_step(const Graph *g) {
+  int64_t bytes = 0;
+  for (int t = 0; t < g->ntensors; t++)
+    if (!is_act(g, t) && plan_grad_start_op(g, t) < 0) bytes += g->tensors[t].bytes;
+  return bytes;
+}
+
 /* Graph facts the model needs; -1 with e set on a graph it cannot take. */
 static int exact_prepare(Exact *x, Err *e) {
   const Graph *g = x->g;
@@ -99,10 +111,16 @@ static int exact_prepare(Exact *x, Err *e) {
   x->R = util_xcalloc((size_t)n * (size_t)n, sizeof *x->R);
   x->S = util_xcalloc((size_t)n * (size_t)g->ntensors, sizeof *x->S);
   x->F = util_xcalloc((size_t)n * (size_t)n, sizeof *x->F);
-  if (!x->recomp || !x->fs || !x->nfs || !x->out_bytes || !x->R || !x->S || !x->F)
+  x->grads_from = util_xcalloc((size_t)n + 1, sizeof *x->grads_from);
+  if (!x->recomp || !x->fs || !x->nfs || !x->out_bytes || !x->R || !x->S || !x->F || !x->grads_from)
     return err_set(e, "%s: out of memory", g->path);
-  for (int t = 0; t < g->ntensors; t++)
-    if (!is_act(g, t)) x->resident += g->tensors[t].bytes;
+  x->resident = resident_all_step(g);
+  for (int t = 0; t < g->ntensors; t++) {
+    int z = plan_grad_start_op(g, t);
+    /* A grad first used by an optimizer op (after every stage) is counted
+     * by the simulator alone. */
+    if (z >= 0 && z < n) x->grads_from[z] += g->tensors[t].bytes;
+  }
   for (int k = 0; k < n; k++) {
     const Op *o = &g->ops[k];
     x->recomp[k] = o->phase == PHASE_FORWARD;
@@ -130,6 +148,7 @@ static void exact_release(Exact *x) {
   free(x->fs);
   free(x->nfs);
   free(x->out_bytes);
+  free(x->grads_from);
   free(x->R);
   free(x->S);
   free(x->F);
@@ -230,8 +249,11 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
     /* Memory after each op of the stage, plus its workspace, within the
      * budget; U in units of the budget keeps the coefficients near 1. */
     int prev = -1, prev_u = -1;
+    int64_t grads = 0; /* of earlier stages' start ops; stage t's from op t on */
+    for (int s = 0; s < t; s++) grads += x->grads_from[s];
     for (int k = 0; k <= t; k++) {
       if (R_at(x, t, k) < 0) continue;
+      if (k == t) grads += x->grads_from[t];
       int u = milp_add_col(m, 0, HUGE_VAL, 0, false);
       ck_row(x, 'E', 0);
       ck_term(x, u, 1);
@@ -244,7 +266,7 @@ static int exact_build(Exact *x, int64_t avail, Err *e) {
         for (int q = 0; x->F[t * n + prev] && q < x->nfs[prev]; q++)
           ck_term(x, x->F[t * n + prev][q], (double)g->tensors[x->fs[prev][q]].bytes / x->scale);
       }
-      ck_row(x, 'L', avail / x->scale);
+      ck_row(x, 'L', (double)(avail - grads) / x->scale);
       ck_term(x, u, 1);
       ck_term(x, R_at(x, t, k), (double)g->ops[k].workspace / x->scale);
       prev = k;
@@ -295,6 +317,7 @@ static Plan *exact_plan(const Exact *x, const double *sol, Err *e) {
       bool run = k == t || (t < x->n && R_at(x, t, k) >= 0 && sol[R_at(x, t, k)] > 0.5);
       if (!run) continue;
       const Op *o = &g->ops[k];
+      if (k == t && plan_add_grad_zeros(p, g, k, cur)) goto oom;
       Step *s = plan_add_step(p, STEP_COMPUTE);
       if (!s) goto oom;
       s->op = k;
@@ -392,10 +415,7 @@ out:
 }
 
 Plan *plan_exact_for_peak(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e) {
-  int64_t resident = 0;
-  for (int t = 0; t < g->ntensors; t++)
-    if (graph_is_resident(&g->tensors[t])) resident += g->tensors[t].bytes;
-  return exact_solve(g, d, o, o->budget_bytes - resident, si, e);
+  return exact_solve(g, d, o, o->budget_bytes - resident_all_step(g), si, e);
 }
 
 Plan *plan_build_exact(const Graph *g, const Device *d, const PlanOptions *o, SolverInfo *si, Err *e) {

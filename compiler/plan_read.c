@@ -220,17 +220,16 @@ static int id_list(Ctx *c, const JsonPath *p, const cJSON *arr, const Op *op, bo
 }
 
 static int parse_step(Ctx *c, const JsonPath *p, const cJSON *obj) {
-  static const char *const kinds[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
   if (json_object(c->file, p, obj, c->e)) return -1;
   JsonPath pd = {p, "do", 0};
   const char *s;
   if (json_string(c->file, &pd, json_get(obj, "do"), &s, c->e)) return -1;
   int kind = -1;
-  for (int k = 0; k < 5; k++)
-    if (strcmp(s, kinds[k]) == 0) kind = k;
+  for (int k = 0; k < STEP_KIND_COUNT; k++)
+    if (strcmp(s, plan_step_kind_name((StepKind)k)) == 0) kind = k;
   if (kind < 0)
     return json_err(c->e, c->file, &pd,
-                    "unknown step kind \"%s\" (expected compute offload offload_wait prefetch prefetch_wait)", s);
+                    "unknown step kind \"%s\" (expected compute offload offload_wait prefetch prefetch_wait zero)", s);
   Step *st = plan_add_step(c->p, (StepKind)kind);
   if (!st) return oom(c);
   JsonPath pf = {p, "from", 0}, pt = {p, "to", 0};
@@ -254,7 +253,9 @@ static int parse_step(Ctx *c, const JsonPath *p, const cJSON *obj) {
   case STEP_OFFLOAD_WAIT:
     return buffer_id(c, &pf, json_get(obj, "from"), &st->from);
   case STEP_PREFETCH_WAIT:
+  case STEP_ZERO:
     return buffer_id(c, &pt, json_get(obj, "to"), &st->to);
+  case STEP_KIND_COUNT: break;
   }
   return 0;
 }

@@ -148,6 +148,7 @@ typedef struct Tensor {
   int last_read;  /* last op reading it, -1 if none */
   int last_fwd_read;  /* last forward-phase op reading it, -1 if none */
   int first_bwd_read; /* first non-forward op reading it, -1 if none */
+  int first_use;  /* first op reading or writing it, -1 if none */
   bool frozen;    /* a param that does not train: no grad, no optimizer state (LoRA's base) */
   bool is_output; /* listed in the graph's "outputs": live to the end */
   bool stashed;   /* activation produced in forward, read after forward */
@@ -250,7 +251,9 @@ int cost_load_profile(Graph *g, Device *d, const char *path, Err *e);
  * use). DEC_NONE on a resident tensor: on the device for the whole step. */
 typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE, DEC_HOST, DEC_HOST_REFETCH } Decision;
 typedef enum { SPACE_DEVICE, SPACE_HOST } Space;
-typedef enum { STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT } StepKind;
+/* STEP_ZERO fills a grad's device home with zeros right before the first
+ * op that uses it: the home is occupied from there, not for the whole step. */
+typedef enum { STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_ZERO, STEP_KIND_COUNT } StepKind;
 
 typedef struct Buffer {
   int tensor;       /* -1 for workspace */
@@ -270,7 +273,7 @@ typedef struct Step {
   bool recompute; /* compute */
   int *inputs, *outputs; /* compute: buffer ids, op order */
   int workspace;  /* compute: buffer id or -1 */
-  int from, to;   /* copies: buffer ids (from/to as in the JSON) */
+  int from, to;   /* copies: buffer ids (from/to as in the JSON); zero: to */
 } Step;
 
 typedef struct SolverInfo {
@@ -313,6 +316,8 @@ void plan_free(Plan *p);
 int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space space);
 Step *plan_add_step(Plan *p, StepKind kind);
 const char *plan_decision_name(Decision d);
+/* The step kind's name in ration-plan/1 ("compute", ..., "zero"). */
+const char *plan_step_kind_name(StepKind k);
 /* Whether resident tensor t may take decision d: DEC_NONE always; DEC_HOST
  * for params and optimizer state; DEC_HOST_REFETCH for params read in the
  * forward and used after it, never written in the forward. */
@@ -494,6 +499,14 @@ int64_t plan_keep_all_peak(const Graph *g, const Device *d, Err *e);
 
 /* Static positions of the family, shared by the schedule builder and any
  * strategy that models it (indices are graph op indices). */
+/* The op before whose compute grad t's device home is zeroed (a STEP_ZERO),
+ * which it occupies from there to the step's end: its first user. -1 for a
+ * tensor occupied for the whole step (not a grad, or a grad no op uses). */
+int plan_grad_start_op(const Graph *g, int tensor);
+/* Appends the zero steps of the grads whose start op is op (in operand
+ * order, before op's own compute step); home: tensor -> its device home.
+ * -1 when out of memory. */
+int plan_add_grad_zeros(Plan *p, const Graph *g, int op, const int *home);
 int plan_offload_wait_op(const Graph *g, const Device *d, int tensor);
 int plan_prefetch_issue_op(const Graph *g, const Device *d, int tensor, int need_op);
 /* The op whose prelude issues a prefetch of BYTES needed at need_op: as late
@@ -524,9 +537,10 @@ int plan_family_positions(const Graph *g, const Decision *dec, int *rerun_at, in
 
 /* ---------------------------------------------------------------- info */
 
-/* A lower bound on the peak of any plan: every resident byte plus the
- * largest working set of one op (its activation inputs and outputs and its
- * workspace), and the op where that is. */
+/* A lower bound on the peak of any plan with every resident tensor on the
+ * device: the most, over the ops, of the resident bytes at the op (every
+ * resident byte but the grads whose start op comes later) plus its working
+ * set (activation inputs and outputs and workspace); the op where that is. */
 int info_lower_bound(const Graph *g, int64_t *resident, int64_t *working_set, int *at_op);
 /* The `ration info` report; d may be NULL (then no compute time). */
 int info_report(const Graph *g, const Device *d, Buf *out, Err *e);

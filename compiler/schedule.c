@@ -16,7 +16,8 @@
  *      soonest needed first,
  *   2. prefetch_waits of the offloaded tensors first needed at op i,
  *   3. the re-runs of op i's prelude, in graph order,
- *   4. the op itself (with its workspace buffer),
+ *   4. zero steps of the grads op i uses first (plan_grad_start_op), then
+ *      the op itself (with its workspace buffer),
  *   5. offloads of its outputs decided "offload", soonest waited for first,
  *   6. offload_waits whose static point is op i (plan_offload_wait_op).
  * Copies on one stream run in issue order, so a copy issued with others
@@ -103,6 +104,13 @@ void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, cons
     covered += cost_op_seconds(g, d, w);
   }
   h->wait_op = w > last ? w : last;
+}
+
+int plan_grad_start_op(const Graph *g, int t) {
+  /* A grad holds nothing before its first accumulation: its bytes are
+   * taken from there (zeroed, as 0 + x is what the accumulation computes)
+   * and held to the end of the step, where the optimizer has read it. */
+  return g->tensors[t].kind == KIND_GRAD ? g->tensors[t].first_use : -1;
 }
 
 bool plan_regenerable(const Graph *g, int t) {
@@ -313,6 +321,21 @@ static int emit_offload_wait(Builder *b, int t) {
   return 0;
 }
 
+int plan_add_grad_zeros(Plan *p, const Graph *g, int op, const int *home) {
+  const Op *o = &g->ops[op];
+  int n = o->ninputs + o->noutputs;
+  for (int k = 0; k < n; k++) {
+    int t = k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs];
+    bool again = false; /* named twice by the op: zeroed once */
+    for (int j = 0; j < k; j++) again |= (j < o->ninputs ? o->inputs[j] : o->outputs[j - o->ninputs]) == t;
+    if (again || plan_grad_start_op(g, t) != op) continue;
+    Step *s = plan_add_step(p, STEP_ZERO);
+    if (!s) return -1;
+    s->to = home[t];
+  }
+  return 0;
+}
+
 static int emit_op(Builder *b, int i) {
   const Graph *g = b->g;
   int n = 0, nt = g->ntensors;
@@ -330,6 +353,7 @@ static int emit_op(Builder *b, int i) {
   }
   for (int k = b->reruns.start[i]; k < b->reruns.start[i + 1]; k++)
     if (b->reruns.items[k] < i && emit_compute(b, b->reruns.items[k], true)) return -1;
+  if (plan_add_grad_zeros(b->p, g, i, b->cur)) return oom(b);
   if (emit_compute(b, i, false)) return -1;
   const Op *o = &g->ops[i];
   n = 0;

@@ -52,6 +52,13 @@ int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last) {
       break;
     case STEP_OFFLOAD_WAIT: TOUCH(st->from, s); break;
     case STEP_PREFETCH_WAIT: TOUCH(st->to, s); break;
+    case STEP_ZERO:
+      /* A zeroed grad's home is occupied from its zero step, not from the
+       * step's start (sim_check: nothing touches it before). */
+      if (!valid_buffer(p, st->to)) return -1;
+      first[st->to] = s;
+      break;
+    case STEP_KIND_COUNT: return -1;
     }
   }
 #undef TOUCH
@@ -64,6 +71,12 @@ int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last) {
         last[p->steps[k].to] = s;
   }
   return 0;
+}
+
+/* A buffer a zero step may name: a grad's home (always on the device). */
+static bool zeroable(const Plan *p, const Graph *g, int b) {
+  const Buffer *bf = &p->buffers[b];
+  return bf->home && bf->space == SPACE_DEVICE && bf->tensor >= 0 && g->tensors[bf->tensor].kind == KIND_GRAD;
 }
 
 /* Per-buffer state while replaying the steps in order. */
@@ -113,9 +126,11 @@ static int check_write(Check *c, int s, int id) {
     return fail(c, s, "writes buffer %s (\"%s\") a second time", idbuf, tname(c, id));
   if (bf->space != SPACE_DEVICE) return fail(c, s, "computes into host buffer %s (\"%s\")", idbuf, tname(c, id));
   /* A resident tensor is updated in place: a device copy of a host-homed
-   * one holds its value (is prefetched) before anything writes it. */
-  if (resident && !bf->home && c->state[id] != B_WRITTEN)
-    return fail(c, s, "writes buffer %s (\"%s\") before its prefetch_wait", idbuf, tname(c, id));
+   * one holds its value (is prefetched), a zeroed grad's home is zeroed,
+   * before anything writes it. */
+  if (resident && c->state[id] != B_WRITTEN)
+    return fail(c, s, bf->home ? "writes buffer %s (\"%s\") before its zero step" : "writes buffer %s (\"%s\") before its prefetch_wait",
+                idbuf, tname(c, id));
   if (resident) c->wrote_at[bf->tensor] = s, c->wrote_buf[bf->tensor] = id;
   c->state[id] = B_WRITTEN;
   return 0;
@@ -220,6 +235,15 @@ static int check_copy(Check *c, int s) {
       snprintf(a, sizeof a, "%d", st->to);
       return fail(c, s, "prefetch_wait for buffer %s, which has no prefetch in flight%s", a, "");
     }
+    c->state[st->to] = B_WRITTEN;
+    return 0;
+  case STEP_ZERO:
+    /* Only a grad's device home, once, before anything uses it (its state
+     * is empty until then: sim_check marks the zeroed homes so). */
+    snprintf(a, sizeof a, "%d", st->to);
+    if (!valid_buffer(p, st->to) || !zeroable(p, c->g, st->to))
+      return fail(c, s, "zero step for buffer %s, which is not a grad's device home%s", a, "");
+    if (c->state[st->to] != B_EMPTY) return fail(c, s, "zeroes buffer %s (\"%s\") a second time", a, tname(c, st->to));
     c->state[st->to] = B_WRITTEN;
     return 0;
   default: return fail(c, s, "unknown step kind%s%s", "", "");
@@ -419,6 +443,11 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
     /* A home holds its tensor's value from the step before. */
     if (bf->home) c.state[b] = B_WRITTEN, c.offload_waited[b] = 1;
   }
+  /* A zeroed grad's home holds nothing until its zero step. */
+  for (int s = 0; s < p->nsteps; s++) {
+    const Step *st = &p->steps[s];
+    if (st->kind == STEP_ZERO && valid_buffer(p, st->to) && zeroable(p, g, st->to)) c.state[st->to] = B_EMPTY;
+  }
   for (int t = 0; t < g->ntensors; t++) c.wrote_at[t] = c.wrote_buf[t] = c.back_at[t] = c.back_from[t] = -1;
   int next_op = 0;
   for (int s = 0; s < p->nsteps; s++) {
@@ -555,6 +584,8 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
       done[s] = h2d;
       break;
     }
+    case STEP_ZERO: /* like the step-start zeroing it replaces, not timed */
+    case STEP_KIND_COUNT: done[s] = compute; break;
     case STEP_OFFLOAD_WAIT:
     case STEP_PREFETCH_WAIT: {
       double ready = copy_end[st->kind == STEP_OFFLOAD_WAIT ? st->from : st->to];

@@ -146,6 +146,8 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
     } else if (st->kind == STEP_OFFLOAD || st->kind == STEP_PREFETCH) {
       reads[nreads++] = st->from;
       writes[nwrites++] = st->to;
+    } else if (st->kind == STEP_ZERO) {
+      writes[nwrites++] = st->to; /* over bytes a copy may still use */
     }
     int need = 3 + nreads * SYNC_STREAMS;
     for (int i = 0; i < nwrites; i++)

@@ -55,8 +55,8 @@ struct rt_Session {
   int *first, *last;   /* per buffer: occupancy [first, last] in steps */
   int *born_start, *born, *die_start, *die; /* per step, CSR */
   int *home;           /* per tensor: the buffer rt_read/rt_write use, or -1 */
-  int *grads, ngrads;  /* buffers zeroed at the start of every step */
-  int *resident;       /* per buffer: occupied for the whole step */
+  int *grads, ngrads;  /* grads' homes zeroed at the start of every step (those without a zero step) */
+  int *resident;       /* per buffer: occupied for the whole step (a home, but a zeroed grad's) */
   int *persist;        /* per buffer: readable after the step (resident or a graph output) */
   int *op_step;        /* per op: its non-recompute step */
   double *op_samples; /* per op: SAMPLES kernel seconds of the steps after the first (ring) */
@@ -343,6 +343,11 @@ static int check_steps(rt_Session *s) {
       if (st->to < 0 || st->to >= c->nbuffers || st->from < -1 || st->from >= c->nbuffers)
         rc = fail(s, RT_ESCHEDULE, "step %d: bad prefetch_wait", i);
       break;
+    case RT_STEP_ZERO: /* a grad's home, on the device (check_buffers) */
+      if (st->stream != RT_STREAM_COMPUTE || st->from != -1 || st->to < 0 || st->to >= c->nbuffers ||
+          !c->buffers[st->to].home || c->tensors[c->buffers[st->to].tensor].kind != 2)
+        rc = fail(s, RT_ESCHEDULE, "step %d: bad zero step (only a grad's home is zeroed)", i);
+      break;
     default: rc = fail(s, RT_ESCHEDULE, "step %d: unknown kind %d", i, (int)st->kind);
     }
     if (rc != RT_OK) return rc;
@@ -385,8 +390,8 @@ static void touch(rt_Session *s, int b, int step, bool write) {
 
 /* Occupancy as the plan semantics define it (and sim_occupancy computes):
  * from a buffer's first write to its last use; inputs, params, grads and
- * optimizer state for the whole step; a graph output's first residency to
- * the step's end. */
+ * optimizer state for the whole step, except a grad with a zero step: from
+ * there; a graph output's first residency to the step's end. */
 static int derive_occupancy(rt_Session *s) {
   const rt_Schedule *c = s->sc;
   int nb = c->nbuffers, ns = c->nsteps;
@@ -405,6 +410,11 @@ static int derive_occupancy(rt_Session *s) {
     } else if (st->kind == RT_STEP_OFFLOAD || st->kind == RT_STEP_PREFETCH) {
       touch(s, st->from, i, false);
       touch(s, st->to, i, true);
+    } else if (st->kind == RT_STEP_ZERO) {
+      if (s->last[st->to] >= 0)
+        return fail(s, RT_ESCHEDULE, "step %d: zeroes buffer %d (%s) after its first use", i, st->to,
+                    buffer_name(s, st->to));
+      touch(s, st->to, i, true);
     } else {
       touch(s, st->kind == RT_STEP_OFFLOAD_WAIT ? st->from : st->to, i, false);
     }
@@ -413,8 +423,10 @@ static int derive_occupancy(rt_Session *s) {
   for (int b = 0; b < nb; b++) {
     const rt_SchedBuffer *bf = &c->buffers[b];
     if (bf->home) { /* a resident tensor's, on the device or the host */
-      s->resident[b] = s->persist[b] = 1;
-      s->first[b] = 0;
+      bool zeroed = s->first[b] >= 0 && c->steps[s->first[b]].kind == RT_STEP_ZERO;
+      s->resident[b] = !zeroed;
+      s->persist[b] = 1;
+      if (!zeroed) s->first[b] = 0;
       s->last[b] = ns - 1;
       s->home[bf->tensor] = b;
     } else if (bf->tensor >= 0 && bf->space == RT_SPACE_DEVICE && c->tensors[bf->tensor].kind == 4 && s->persist[b]) {
@@ -505,7 +517,7 @@ static int build_steps(rt_Session *s) {
   }
   s->ngrads = 0;
   for (int t = 0; t < c->ntensors; t++)
-    if (c->tensors[t].kind == 2 && s->home[t] >= 0) s->grads[s->ngrads++] = s->home[t];
+    if (c->tensors[t].kind == 2 && s->home[t] >= 0 && s->resident[s->home[t]]) s->grads[s->ngrads++] = s->home[t];
   return RT_OK;
 }
 
@@ -741,6 +753,7 @@ static const char *step_desc(const rt_Session *s, int i) {
   case RT_STEP_OFFLOAD: return "offload";
   case RT_STEP_OFFLOAD_WAIT: return "offload_wait";
   case RT_STEP_PREFETCH: return "prefetch";
+  case RT_STEP_ZERO: return "zero";
   default: return "prefetch_wait";
   }
 }
@@ -920,6 +933,11 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
                       st->to, buffer_name(s, st->to));
         s->state[st->to] = ST_VALID;
       }
+      break;
+    case RT_STEP_ZERO:
+      if (s->debug) s->state[st->to] = ST_VALID;
+      if ((rc = be->fill(s->ctx, st->stream, buffer_ptr(s, st->to), 0, c->buffers[st->to].bytes, err, el)) != RT_OK)
+        return step_failed(s, rc, i);
       break;
     default: /* offload_wait: its wait above is all it does */
       break;

@@ -70,7 +70,8 @@ int main(void) {
   p = plan_make(g, d, &o, &e);
   int64_t reach = named_smallest(e.msg);
   T_CASE("budget 1: a smallest budget below the ilp's own, with params and optimizer state on the host")
-    T_CHECKF(!p && reach > 0 && reach < least - optstate, "%s (the ilp alone: %" PRId64 ")", e.msg, least);
+    T_CHECKF(!p && reach > 0 && reach < least - optstate / 2, "%s (the ilp alone: %" PRId64 ", optimizer state %" PRId64 ")",
+             e.msg, least, optstate);
   o.budget_bytes = reach;
   p = reach > 0 ? plan_make(g, d, &o, &e) : NULL;
   T_CASE("a plan at that smallest budget") T_CHECKF(p && p->arena_bytes <= reach && count_homes(p, g) > 0, "%s", e.msg);

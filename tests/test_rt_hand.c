@@ -3,7 +3,9 @@
  * hand-built plans, independent of the planner: tiny gpt2 and llama graphs
  * (model_build) planned as keep-all, as offload-everything-stashed with
  * each prefetch landing on the bytes its tensor left (so prefetches must
- * wait for the compute stream), and as recompute-every-single-output-op.
+ * wait for the compute stream), as recompute-every-single-output-op, and as
+ * keep-all whose grads are zeroed right before their first user (a zero
+ * step) instead of at the step's start.
  * Each schedule is emitted, compiled alone with -std=c99 -Wall -Wextra
  * -Werror, loaded and run for 3 steps in debug mode; the results must be
  * bitwise equal to keep-all, the live high-water mark must equal the peak
@@ -20,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { NSTEPS = 3, LONG_STEPS = 300, HAND_KEEP, HAND_OFFLOAD, HAND_RECOMPUTE };
+enum { NSTEPS = 3, LONG_STEPS = 300, HAND_KEEP, HAND_OFFLOAD, HAND_RECOMPUTE, HAND_ZERO };
 
 static char tmpdir[256];
 
@@ -89,7 +91,8 @@ static Plan *hand_plan(const Graph *g, int how) {
   snprintf(p->graph_name, sizeof p->graph_name, "%s", g->name);
   snprintf(p->graph_sha256, sizeof p->graph_sha256, "%s", g->sha256);
   snprintf(p->device, sizeof p->device, "test");
-  snprintf(p->strategy, sizeof p->strategy, "%s", how == HAND_KEEP ? "keep-all" : how == HAND_OFFLOAD ? "hand-offload" : "hand-recompute");
+  static const char *const strategies[] = {"keep-all", "hand-offload", "hand-recompute", "hand-zero"};
+  snprintf(p->strategy, sizeof p->strategy, "%s", strategies[how - HAND_KEEP]);
   int *home = calloc((size_t)g->ntensors, sizeof *home), *cur = calloc((size_t)g->ntensors, sizeof *cur);
   int *state = calloc((size_t)g->ntensors, sizeof *state), *host = calloc((size_t)g->ntensors, sizeof *host);
   int64_t off = 0, hoff = 0;
@@ -114,8 +117,15 @@ static Plan *hand_plan(const Graph *g, int how) {
         compute(p, g, g->tensors[t].producer, true, cur, &off);
       }
     }
+    /* Written by hand: the grads op o uses first, in operand order. */
+    for (int k = 0; k < op->ninputs + op->noutputs && how == HAND_ZERO; k++) {
+      int t = k < op->ninputs ? op->inputs[k] : op->outputs[k - op->ninputs];
+      if (g->tensors[t].kind != KIND_GRAD || state[t] == 4) continue;
+      add_step(p, STEP_ZERO)->to = home[t];
+      state[t] = 4;
+    }
     compute(p, g, o, false, cur, &off);
-    for (int t = 0; t < g->ntensors && how != HAND_KEEP; t++) {
+    for (int t = 0; t < g->ntensors && how != HAND_KEEP && how != HAND_ZERO; t++) {
       const Tensor *T = &g->tensors[t];
       int last_fwd = T->last_fwd_read > T->producer ? T->last_fwd_read : T->producer;
       if (!T->stashed || state[t] != 0 || last_fwd != o) continue;
@@ -154,9 +164,11 @@ static Plan *hand_plan(const Graph *g, int how) {
   return p;
 }
 
-/* The plan's peak live bytes, straight from the semantics. */
+/* The plan's peak live bytes, straight from the semantics: a resident
+ * tensor's buffer is occupied all step, a zeroed grad's from its zero step. */
 static int64_t plan_peak(const Plan *p, const Graph *g) {
   int *first = malloc((size_t)p->nbuffers * sizeof *first), *last = malloc((size_t)p->nbuffers * sizeof *last);
+  bool *zeroed = calloc((size_t)p->nbuffers + 1, sizeof *zeroed);
   for (int b = 0; b < p->nbuffers; b++) first[b] = last[b] = -1;
 #define USE(b, s, w) do { if ((w) && first[b] < 0) first[b] = (s); if ((s) > last[b]) last[b] = (s); } while (0)
   for (int s = 0; s < p->nsteps; s++) {
@@ -168,6 +180,9 @@ static int64_t plan_peak(const Plan *p, const Graph *g) {
     } else if (st->kind == STEP_OFFLOAD || st->kind == STEP_PREFETCH) {
       USE(st->from, s, false);
       USE(st->to, s, true);
+    } else if (st->kind == STEP_ZERO) {
+      USE(st->to, s, true);
+      zeroed[st->to] = true;
     } else {
       USE(st->kind == STEP_OFFLOAD_WAIT ? st->from : st->to, s, false);
     }
@@ -179,14 +194,15 @@ static int64_t plan_peak(const Plan *p, const Graph *g) {
     for (int b = 0; b < p->nbuffers; b++) {
       const Buffer *bf = &p->buffers[b];
       if (bf->space != SPACE_DEVICE) continue;
-      bool whole = bf->tensor >= 0 && graph_is_resident(&g->tensors[bf->tensor]);
-      bool to_end = bf->tensor >= 0 && g->tensors[bf->tensor].is_output && first[b] >= 0;
+      bool whole = bf->tensor >= 0 && graph_is_resident(&g->tensors[bf->tensor]) && !zeroed[b];
+      bool to_end = bf->tensor >= 0 && (g->tensors[bf->tensor].is_output || zeroed[b]) && first[b] >= 0;
       if (whole || (first[b] >= 0 && first[b] <= s && (s <= last[b] || to_end))) live += bf->bytes;
     }
     if (live > peak) peak = live;
   }
   free(first);
   free(last);
+  free(zeroed);
   return peak;
 }
 
@@ -303,8 +319,8 @@ static void prove(const char *family) {
   T_CASE(family) T_CHECK(g != NULL);
   if (!g) return;
   Result ref = {0}, ref_long = {0};
-  static const char *const names[] = {"keep", "offload", "recompute"};
-  for (int how = HAND_KEEP; how <= HAND_RECOMPUTE; how++) {
+  static const char *const names[] = {"keep", "offload", "recompute", "zero"};
+  for (int how = HAND_KEEP; how <= HAND_ZERO; how++) {
     Plan *p = hand_plan(g, how);
     char name[64], label[128], why[700] = "";
     snprintf(name, sizeof name, "%s_%s", family, names[how - HAND_KEEP]);

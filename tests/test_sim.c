@@ -10,7 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* x, w, gw: 16 B each, resident. a1 32 B, a2 64 B stashed; loss an output. */
+/* x, w, gw: 16 B each, resident (gw from its zero step before b1, its
+ * first user). a1 32 B, a2 64 B stashed; loss an output. */
 static const char *tiny_graph =
     "{\"format\": \"ration-graph/1\", \"name\": \"tiny\", \"outputs\": [\"loss\"],"
     " \"tensors\": ["
@@ -90,6 +91,12 @@ static Plan *homed(Decision w, Decision gw, Err *e) {
   return plan_from_decisions(g, d, dec, e);
 }
 
+static void swap_steps(Plan *p, int a, int b) {
+  Step tmp = p->steps[a];
+  p->steps[a] = p->steps[b];
+  p->steps[b] = tmp;
+}
+
 static int find_step(Plan *p, StepKind kind) {
   for (int s = 0; s < p->nsteps; s++)
     if (p->steps[s].kind == kind) return s;
@@ -111,24 +118,34 @@ int main(void) {
   }
   T_CASE("keep-all: live bytes per step by hand") {
     Plan *p = make(DEC_KEEP, DEC_KEEP);
-    static const int64_t want[] = {80, 144, 148, 212, 180, 84, 52};
-    T_CHECK(p && trace_is(p, want, 7));
-    T_CHECK(p && p->predicted.peak_live_bytes == 212);
-    T_CHECK(p && p->arena_bytes >= 212);
+    /* f1 f2 f3 b3 b2 zero(gw) b1 opt: x and w (32 B) all step, gw from
+     * its zero step; the peak at b3 (a1 a2 loss da2) holds no grad. */
+    static const int64_t want[] = {64, 128, 132, 196, 164, 84, 84, 52};
+    T_CHECK(p && trace_is(p, want, 8));
+    T_CHECK(p && p->predicted.peak_live_bytes == 196);
+    T_CHECK(p && p->arena_bytes >= 196);
+    plan_free(p);
+  }
+  T_CASE("gw zeroed right before b1, its first user, in its home; nothing else zeroed") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    int zeros = 0;
+    for (int s = 0; p && s < p->nsteps; s++) zeros += p->steps[s].kind == STEP_ZERO;
+    T_CHECK(p && zeros == 1 && p->steps[5].kind == STEP_ZERO && p->steps[6].op == graph_find_op(g, "b1"));
+    T_CHECK(p && p->steps[5].to == p->steps[6].outputs[0] && p->buffers[p->steps[5].to].home);
     plan_free(p);
   }
   T_CASE("recompute a2: freed after f3, f2 re-run before b3") {
     Plan *p = make(DEC_KEEP, DEC_RECOMPUTE);
-    static const int64_t want[] = {80, 144, 148, 148, 212, 180, 84, 52};
-    T_CHECK(p && trace_is(p, want, 8));
+    static const int64_t want[] = {64, 128, 132, 132, 196, 164, 84, 84, 52};
+    T_CHECK(p && trace_is(p, want, 9));
     T_CHECK(p && p->steps[3].kind == STEP_COMPUTE && p->steps[3].recompute && p->steps[3].op == 1);
     plan_free(p);
   }
   T_CASE("recompute a1 and a2: f1 re-run feeds the f2 re-run, a1' dies after b2") {
     Plan *p = make(DEC_RECOMPUTE, DEC_RECOMPUTE);
-    /* f1 f2 f3 | f1' f2' b3 b2 b1 opt */
-    static const int64_t want[] = {80, 144, 116, 84, 148, 212, 180, 84, 52};
-    T_CHECK(p && trace_is(p, want, 9));
+    /* f1 f2 f3 | f1' f2' b3 b2 zero(gw) b1 opt */
+    static const int64_t want[] = {64, 128, 100, 68, 132, 196, 164, 84, 84, 52};
+    T_CHECK(p && trace_is(p, want, 10));
     T_CHECK(p && p->predicted.recompute_seconds > 0);
     plan_free(p);
   }
@@ -171,16 +188,16 @@ int main(void) {
       T_CHECK(p->steps[n - 2].kind == STEP_OFFLOAD && p->steps[n - 2].to == p->steps[0].from);
       T_CHECK(p->steps[n - 1].kind == STEP_OFFLOAD_WAIT);
       /* w is on the device over the keep-all peak (b3): the same peak. */
-      T_CHECK(p->host_bytes == 16 && p->predicted.peak_live_bytes == 212);
+      T_CHECK(p->host_bytes == 16 && p->predicted.peak_live_bytes == 196);
     }
     plan_free(p);
   }
-  T_CASE("w host-refetch: its device copy dropped after f1, prefetched again for opt: the peak 16 lower; gw stays") {
+  T_CASE("w host-refetch: its device copy dropped after f1, prefetched again for opt: the peak 16 lower; gw on the device") {
     Plan *p = homed(DEC_HOST_REFETCH, DEC_NONE, &e);
     T_CHECKF(p != NULL, "%s", e.msg);
     int prefetches = 0;
     for (int s = 0; p && s < p->nsteps; s++) prefetches += p->steps[s].kind == STEP_PREFETCH;
-    T_CHECK(p && prefetches == 2 && p->predicted.peak_live_bytes == 196);
+    T_CHECK(p && prefetches == 2 && p->predicted.peak_live_bytes == 180);
     plan_free(p);
     T_CHECK(!homed(DEC_HOST_REFETCH, DEC_HOST, &e) && strstr(e.msg, "cannot take decision host")); /* nor a grad */
   }
@@ -220,10 +237,21 @@ int main(void) {
   }
   T_CASE("rule: ops out of order") {
     Plan *p = make(DEC_KEEP, DEC_KEEP);
-    Step tmp = p->steps[4];
-    p->steps[4] = p->steps[5];
-    p->steps[5] = tmp;
+    swap_steps(p, 4, 6);
     T_CHECK(rejected(p, "runs \"b1\" before \"b2\""));
+    plan_free(p);
+  }
+  T_CASE("rule: a grad written before its zero step, zeroed twice, a zero step on a non-grad") {
+    Plan *p = make(DEC_KEEP, DEC_KEEP);
+    swap_steps(p, 5, 6);
+    T_CHECK(rejected(p, "before its zero step"));
+    plan_free(p);
+    p = make(DEC_KEEP, DEC_KEEP);
+    Step *z = plan_add_step(p, STEP_ZERO);
+    z->to = p->steps[5].to;
+    T_CHECK(rejected(p, "a second time"));
+    z->to = p->steps[0].outputs[0]; /* a1 */
+    T_CHECK(rejected(p, "not a grad's device home"));
     plan_free(p);
   }
   T_CASE("rule: a read of a buffer nothing wrote") {

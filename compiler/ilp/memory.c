@@ -49,8 +49,9 @@ void ilp_build_memory(Ilp *md) {
   for (int t = 0; t < g->ntensors; t++) {
     const Tensor *x = &g->tensors[t];
     Lin one = ilp_lin_const(1);
-    if (graph_is_resident(x)) {
-      ilp_term(md, 0, last_pos, &one, x->bytes);
+    if (graph_is_resident(x)) { /* a grad from its zero step before its first user's own step */
+      int z = plan_grad_start_op(g, t);
+      ilp_term(md, z >= 0 ? md->grp_comp[z] : 0, last_pos, &one, x->bytes);
       continue;
     }
     if (x->producer < 0) continue;

@@ -8,8 +8,8 @@
  * strategy: checkpoint-layers
  * solver: none, status not_used, gap 0
  * predicted step seconds: 7.36836e-05
- * predicted peak live bytes: 67716
- * arena bytes: 75780, host bytes: 0
+ * predicted peak live bytes: 63684
+ * arena bytes: 70660, host bytes: 0
  */
 #include <stdint.h>
 
@@ -18,8 +18,10 @@
 #define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
+/* RT_STEP_ZERO (to): fill a grad's device home with zeros before its
+ * first use; a grad without one is zeroed at the step's start. */
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
-       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };
 enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
 /* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
  * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
@@ -185,119 +187,119 @@ static const rt_SchedTensor tensors[101] = {
 
 /* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[115] = {
-  {0, -1, RT_SPACE_DEVICE, 1, 16, 74240}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 1, 16, 74496}, /* 1 */
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 69632}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 69888}, /* 1 */
   {2, -1, RT_SPACE_DEVICE, 1, 2048, 45056}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 1, 256, 61184}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 1, 64, 65792}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 1, 64, 66048}, /* 5 */
+  {3, -1, RT_SPACE_DEVICE, 1, 256, 58112}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 64, 61952}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 64, 62208}, /* 5 */
   {6, -1, RT_SPACE_DEVICE, 1, 3072, 32768}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 1, 192, 64768}, /* 7 */
+  {7, -1, RT_SPACE_DEVICE, 1, 192, 60928}, /* 7 */
   {8, -1, RT_SPACE_DEVICE, 1, 1024, 53248}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 1, 64, 66304}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 1, 64, 66560}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 1, 64, 66816}, /* 11 */
+  {9, -1, RT_SPACE_DEVICE, 1, 64, 62464}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 1, 64, 62720}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 1, 64, 62976}, /* 11 */
   {12, -1, RT_SPACE_DEVICE, 1, 4096, 0}, /* 12 */
-  {13, -1, RT_SPACE_DEVICE, 1, 256, 61440}, /* 13 */
+  {13, -1, RT_SPACE_DEVICE, 1, 256, 58368}, /* 13 */
   {14, -1, RT_SPACE_DEVICE, 1, 4096, 4096}, /* 14 */
-  {15, -1, RT_SPACE_DEVICE, 1, 64, 67072}, /* 15 */
-  {16, -1, RT_SPACE_DEVICE, 1, 64, 67328}, /* 16 */
-  {17, -1, RT_SPACE_DEVICE, 1, 64, 67584}, /* 17 */
-  {18, -1, RT_SPACE_DEVICE, 1, 2048, 47104}, /* 18 */
-  {19, -1, RT_SPACE_DEVICE, 1, 256, 61696}, /* 19 */
-  {20, -1, RT_SPACE_DEVICE, 1, 64, 67840}, /* 20 */
-  {21, -1, RT_SPACE_DEVICE, 1, 64, 68096}, /* 21 */
-  {22, -1, RT_SPACE_DEVICE, 1, 3072, 35840}, /* 22 */
-  {23, -1, RT_SPACE_DEVICE, 1, 192, 65024}, /* 23 */
-  {24, -1, RT_SPACE_DEVICE, 1, 1024, 54272}, /* 24 */
-  {25, -1, RT_SPACE_DEVICE, 1, 64, 68352}, /* 25 */
-  {26, -1, RT_SPACE_DEVICE, 1, 64, 68608}, /* 26 */
-  {27, -1, RT_SPACE_DEVICE, 1, 64, 68864}, /* 27 */
-  {28, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 28 */
-  {29, -1, RT_SPACE_DEVICE, 1, 256, 61952}, /* 29 */
-  {30, -1, RT_SPACE_DEVICE, 1, 4096, 12288}, /* 30 */
-  {31, -1, RT_SPACE_DEVICE, 1, 64, 69120}, /* 31 */
-  {32, -1, RT_SPACE_DEVICE, 1, 64, 69376}, /* 32 */
-  {33, -1, RT_SPACE_DEVICE, 1, 64, 69632}, /* 33 */
-  {34, -1, RT_SPACE_DEVICE, 1, 2048, 49152}, /* 34 */
-  {35, -1, RT_SPACE_DEVICE, 1, 2048, 51200}, /* 35 */
-  {36, -1, RT_SPACE_DEVICE, 1, 256, 62208}, /* 36 */
-  {37, -1, RT_SPACE_DEVICE, 1, 256, 62464}, /* 37 */
-  {38, -1, RT_SPACE_DEVICE, 1, 64, 69888}, /* 38 */
-  {39, -1, RT_SPACE_DEVICE, 1, 64, 70144}, /* 39 */
-  {40, -1, RT_SPACE_DEVICE, 1, 64, 70400}, /* 40 */
-  {41, -1, RT_SPACE_DEVICE, 1, 64, 70656}, /* 41 */
-  {42, -1, RT_SPACE_DEVICE, 1, 3072, 38912}, /* 42 */
-  {43, -1, RT_SPACE_DEVICE, 1, 3072, 41984}, /* 43 */
-  {44, -1, RT_SPACE_DEVICE, 1, 192, 65280}, /* 44 */
-  {45, -1, RT_SPACE_DEVICE, 1, 192, 65536}, /* 45 */
-  {46, -1, RT_SPACE_DEVICE, 1, 1024, 55296}, /* 46 */
-  {47, -1, RT_SPACE_DEVICE, 1, 1024, 56320}, /* 47 */
-  {48, -1, RT_SPACE_DEVICE, 1, 64, 70912}, /* 48 */
-  {49, -1, RT_SPACE_DEVICE, 1, 64, 71168}, /* 49 */
-  {50, -1, RT_SPACE_DEVICE, 1, 64, 71424}, /* 50 */
-  {51, -1, RT_SPACE_DEVICE, 1, 64, 71680}, /* 51 */
-  {52, -1, RT_SPACE_DEVICE, 1, 64, 71936}, /* 52 */
-  {53, -1, RT_SPACE_DEVICE, 1, 64, 72192}, /* 53 */
-  {54, -1, RT_SPACE_DEVICE, 1, 4096, 16384}, /* 54 */
-  {55, -1, RT_SPACE_DEVICE, 1, 4096, 20480}, /* 55 */
-  {56, -1, RT_SPACE_DEVICE, 1, 256, 62720}, /* 56 */
-  {57, -1, RT_SPACE_DEVICE, 1, 256, 62976}, /* 57 */
-  {58, -1, RT_SPACE_DEVICE, 1, 4096, 24576}, /* 58 */
-  {59, -1, RT_SPACE_DEVICE, 1, 4096, 28672}, /* 59 */
-  {60, -1, RT_SPACE_DEVICE, 1, 64, 72448}, /* 60 */
-  {61, -1, RT_SPACE_DEVICE, 1, 64, 72704}, /* 61 */
-  {62, -1, RT_SPACE_DEVICE, 1, 64, 72960}, /* 62 */
-  {63, -1, RT_SPACE_DEVICE, 1, 64, 73216}, /* 63 */
-  {64, -1, RT_SPACE_DEVICE, 1, 64, 73472}, /* 64 */
-  {65, -1, RT_SPACE_DEVICE, 1, 64, 73728}, /* 65 */
-  {66, -1, RT_SPACE_DEVICE, 0, 256, 63232}, /* 66 */
-  {67, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 67 */
-  {68, -1, RT_SPACE_DEVICE, 0, 16, 73984}, /* 68 */
-  {69, -1, RT_SPACE_DEVICE, 0, 16, 57344}, /* 69 */
-  {70, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 70 */
-  {71, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 71 */
-  {72, -1, RT_SPACE_DEVICE, 0, 32, 63488}, /* 72 */
-  {73, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 73 */
-  {74, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 74 */
-  {75, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 75 */
-  {76, -1, RT_SPACE_DEVICE, 0, 16, 73984}, /* 76 */
-  {77, -1, RT_SPACE_DEVICE, 0, 16, 58624}, /* 77 */
-  {78, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 78 */
-  {79, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 79 */
-  {80, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 80 */
-  {81, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 81 */
-  {82, -1, RT_SPACE_DEVICE, 0, 256, 58624}, /* 82 */
-  {83, -1, RT_SPACE_DEVICE, 0, 16, 73984}, /* 83 */
-  {84, -1, RT_SPACE_DEVICE, 0, 16, 63744}, /* 84 */
-  {85, -1, RT_SPACE_DEVICE, 0, 512, 57344}, /* 85 */
-  {86, -1, RT_SPACE_DEVICE, 0, 4, 75776}, /* 86 */
-  {87, -1, RT_SPACE_DEVICE, 0, 16, 63488}, /* 87 */
-  {88, -1, RT_SPACE_DEVICE, 0, 512, 57856}, /* 88 */
-  {89, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 89 */
-  {90, -1, RT_SPACE_DEVICE, 0, 256, 63488}, /* 90 */
-  {67, -1, RT_SPACE_DEVICE, 0, 256, 63744}, /* 91 */
-  {68, -1, RT_SPACE_DEVICE, 0, 16, 74752}, /* 92 */
-  {69, -1, RT_SPACE_DEVICE, 0, 16, 75008}, /* 93 */
-  {70, -1, RT_SPACE_DEVICE, 0, 768, 60416}, /* 94 */
-  {71, -1, RT_SPACE_DEVICE, 0, 256, 64000}, /* 95 */
-  {72, -1, RT_SPACE_DEVICE, 0, 32, 73984}, /* 96 */
-  {73, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 97 */
-  {74, -1, RT_SPACE_DEVICE, 0, 256, 64256}, /* 98 */
-  {75, -1, RT_SPACE_DEVICE, 0, 256, 64512}, /* 99 */
-  {76, -1, RT_SPACE_DEVICE, 0, 16, 75264}, /* 100 */
-  {77, -1, RT_SPACE_DEVICE, 0, 16, 75520}, /* 101 */
-  {78, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 102 */
-  {79, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 103 */
-  {91, -1, RT_SPACE_DEVICE, 0, 1024, 59392}, /* 104 */
-  {92, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 105 */
-  {93, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 106 */
-  {94, -1, RT_SPACE_DEVICE, 0, 256, 57600}, /* 107 */
-  {95, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 108 */
-  {96, -1, RT_SPACE_DEVICE, 0, 256, 63488}, /* 109 */
+  {15, -1, RT_SPACE_DEVICE, 1, 64, 63232}, /* 15 */
+  {16, -1, RT_SPACE_DEVICE, 1, 64, 63488}, /* 16 */
+  {17, -1, RT_SPACE_DEVICE, 1, 64, 63744}, /* 17 */
+  {18, -1, RT_SPACE_DEVICE, 1, 2048, 51200}, /* 18 */
+  {19, -1, RT_SPACE_DEVICE, 1, 256, 57344}, /* 19 */
+  {20, -1, RT_SPACE_DEVICE, 1, 64, 57856}, /* 20 */
+  {21, -1, RT_SPACE_DEVICE, 1, 64, 59904}, /* 21 */
+  {22, -1, RT_SPACE_DEVICE, 1, 3072, 41984}, /* 22 */
+  {23, -1, RT_SPACE_DEVICE, 1, 192, 61696}, /* 23 */
+  {24, -1, RT_SPACE_DEVICE, 1, 1024, 56320}, /* 24 */
+  {25, -1, RT_SPACE_DEVICE, 1, 64, 69376}, /* 25 */
+  {26, -1, RT_SPACE_DEVICE, 1, 64, 68864}, /* 26 */
+  {27, -1, RT_SPACE_DEVICE, 1, 64, 69120}, /* 27 */
+  {28, -1, RT_SPACE_DEVICE, 1, 4096, 28672}, /* 28 */
+  {29, -1, RT_SPACE_DEVICE, 1, 256, 60160}, /* 29 */
+  {30, -1, RT_SPACE_DEVICE, 1, 4096, 24576}, /* 30 */
+  {31, -1, RT_SPACE_DEVICE, 1, 64, 68608}, /* 31 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 68096}, /* 32 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 68352}, /* 33 */
+  {34, -1, RT_SPACE_DEVICE, 1, 2048, 47104}, /* 34 */
+  {35, -1, RT_SPACE_DEVICE, 1, 2048, 49152}, /* 35 */
+  {36, -1, RT_SPACE_DEVICE, 1, 256, 58624}, /* 36 */
+  {37, -1, RT_SPACE_DEVICE, 1, 256, 58880}, /* 37 */
+  {38, -1, RT_SPACE_DEVICE, 1, 64, 64000}, /* 38 */
+  {39, -1, RT_SPACE_DEVICE, 1, 64, 64256}, /* 39 */
+  {40, -1, RT_SPACE_DEVICE, 1, 64, 64512}, /* 40 */
+  {41, -1, RT_SPACE_DEVICE, 1, 64, 64768}, /* 41 */
+  {42, -1, RT_SPACE_DEVICE, 1, 3072, 35840}, /* 42 */
+  {43, -1, RT_SPACE_DEVICE, 1, 3072, 38912}, /* 43 */
+  {44, -1, RT_SPACE_DEVICE, 1, 192, 61184}, /* 44 */
+  {45, -1, RT_SPACE_DEVICE, 1, 192, 61440}, /* 45 */
+  {46, -1, RT_SPACE_DEVICE, 1, 1024, 54272}, /* 46 */
+  {47, -1, RT_SPACE_DEVICE, 1, 1024, 55296}, /* 47 */
+  {48, -1, RT_SPACE_DEVICE, 1, 64, 65024}, /* 48 */
+  {49, -1, RT_SPACE_DEVICE, 1, 64, 65280}, /* 49 */
+  {50, -1, RT_SPACE_DEVICE, 1, 64, 65536}, /* 50 */
+  {51, -1, RT_SPACE_DEVICE, 1, 64, 65792}, /* 51 */
+  {52, -1, RT_SPACE_DEVICE, 1, 64, 66048}, /* 52 */
+  {53, -1, RT_SPACE_DEVICE, 1, 64, 66304}, /* 53 */
+  {54, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 54 */
+  {55, -1, RT_SPACE_DEVICE, 1, 4096, 12288}, /* 55 */
+  {56, -1, RT_SPACE_DEVICE, 1, 256, 59136}, /* 56 */
+  {57, -1, RT_SPACE_DEVICE, 1, 256, 59392}, /* 57 */
+  {58, -1, RT_SPACE_DEVICE, 1, 4096, 16384}, /* 58 */
+  {59, -1, RT_SPACE_DEVICE, 1, 4096, 20480}, /* 59 */
+  {60, -1, RT_SPACE_DEVICE, 1, 64, 66560}, /* 60 */
+  {61, -1, RT_SPACE_DEVICE, 1, 64, 66816}, /* 61 */
+  {62, -1, RT_SPACE_DEVICE, 1, 64, 67072}, /* 62 */
+  {63, -1, RT_SPACE_DEVICE, 1, 64, 67328}, /* 63 */
+  {64, -1, RT_SPACE_DEVICE, 1, 64, 67584}, /* 64 */
+  {65, -1, RT_SPACE_DEVICE, 1, 64, 67840}, /* 65 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 66 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 25344}, /* 67 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 24576}, /* 68 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 24832}, /* 69 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 24576}, /* 70 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 25344}, /* 71 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 25600}, /* 72 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 73 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 26624}, /* 74 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 25600}, /* 75 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 24576}, /* 76 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 24832}, /* 77 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 24576}, /* 78 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 25600}, /* 79 */
+  {80, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 80 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 25600}, /* 81 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 25856}, /* 82 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 26112}, /* 83 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 26368}, /* 84 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 24576}, /* 85 */
+  {86, -1, RT_SPACE_DEVICE, 0, 4, 70656}, /* 86 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 26624}, /* 87 */
+  {88, -1, RT_SPACE_DEVICE, 0, 512, 25088}, /* 88 */
+  {89, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 89 */
+  {90, -1, RT_SPACE_DEVICE, 0, 256, 43776}, /* 90 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 59904}, /* 91 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 70144}, /* 92 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 70400}, /* 93 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 43008}, /* 94 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 44032}, /* 95 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 60672}, /* 96 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 97 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 44288}, /* 98 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 44544}, /* 99 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 56320}, /* 100 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 56576}, /* 101 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 28672}, /* 102 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 29696}, /* 103 */
+  {91, -1, RT_SPACE_DEVICE, 0, 1024, 30720}, /* 104 */
+  {92, -1, RT_SPACE_DEVICE, 0, 1024, 41984}, /* 105 */
+  {93, -1, RT_SPACE_DEVICE, 0, 256, 44800}, /* 106 */
+  {94, -1, RT_SPACE_DEVICE, 0, 256, 41984}, /* 107 */
+  {95, -1, RT_SPACE_DEVICE, 0, 256, 60416}, /* 108 */
+  {96, -1, RT_SPACE_DEVICE, 0, 256, 41984}, /* 109 */
   {97, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 110 */
-  {-1, 23, RT_SPACE_DEVICE, 0, 256, 58368}, /* 111 */
-  {98, -1, RT_SPACE_DEVICE, 0, 256, 63488}, /* 112 */
+  {-1, 23, RT_SPACE_DEVICE, 0, 256, 42240}, /* 111 */
+  {98, -1, RT_SPACE_DEVICE, 0, 256, 60672}, /* 112 */
   {99, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 113 */
   {100, -1, RT_SPACE_DEVICE, 0, 256, 57600}, /* 114 */
 };
@@ -505,43 +507,43 @@ static const int32_t step_io[275] = {
   82, 2, 85, /* 12 */
   85, 1, 86, 87, /* 13 */
   85, 87, 1, 88, /* 14 */
-  88, 82, 2, 89, 18, /* 15 */
-  89, 81, 16, 83, 84, 90, 32, 33, /* 16 */
-  66, 4, 5, 91, 92, 93, /* 17 */
-  91, 6, 7, 94, /* 18 */
-  94, 95, 96, /* 19 */
-  95, 8, 9, 97, /* 20 */
-  66, 97, 98, /* 21 */
-  98, 10, 11, 99, 100, 101, /* 22 */
-  99, 12, 13, 102, /* 23 */
-  102, 103, /* 24 */
-  90, 103, 14, 104, 30, 31, /* 25 */
-  104, 102, 105, /* 26 */
-  105, 99, 12, 106, 28, 29, /* 27 */
-  106, 98, 10, 100, 101, 107, 26, 27, /* 28 */
-  90, 107, 108, /* 29 */
-  108, 95, 8, 109, 24, 25, /* 30 */
-  109, 94, 95, 96, 110, /* 31 */
-  110, 91, 6, 112, 22, 23, /* 32 */
-  112, 66, 4, 92, 93, 113, 20, 21, /* 33 */
-  108, 113, 114, /* 34 */
-  114, 0, 18, 19, /* 35 */
-  2, 18, 34, 35, 2, 34, 35, /* 36 */
-  3, 19, 36, 37, 3, 36, 37, /* 37 */
-  4, 20, 38, 39, 4, 38, 39, /* 38 */
-  5, 21, 40, 41, 5, 40, 41, /* 39 */
-  6, 22, 42, 43, 6, 42, 43, /* 40 */
-  7, 23, 44, 45, 7, 44, 45, /* 41 */
-  8, 24, 46, 47, 8, 46, 47, /* 42 */
-  9, 25, 48, 49, 9, 48, 49, /* 43 */
-  10, 26, 50, 51, 10, 50, 51, /* 44 */
-  11, 27, 52, 53, 11, 52, 53, /* 45 */
-  12, 28, 54, 55, 12, 54, 55, /* 46 */
-  13, 29, 56, 57, 13, 56, 57, /* 47 */
-  14, 30, 58, 59, 14, 58, 59, /* 48 */
-  15, 31, 60, 61, 15, 60, 61, /* 49 */
-  16, 32, 62, 63, 16, 62, 63, /* 50 */
-  17, 33, 64, 65, 17, 64, 65, /* 51 */
+  88, 82, 2, 89, 18, /* 16 */
+  89, 81, 16, 83, 84, 90, 32, 33, /* 19 */
+  66, 4, 5, 91, 92, 93, /* 20 */
+  91, 6, 7, 94, /* 21 */
+  94, 95, 96, /* 22 */
+  95, 8, 9, 97, /* 23 */
+  66, 97, 98, /* 24 */
+  98, 10, 11, 99, 100, 101, /* 25 */
+  99, 12, 13, 102, /* 26 */
+  102, 103, /* 27 */
+  90, 103, 14, 104, 30, 31, /* 30 */
+  104, 102, 105, /* 31 */
+  105, 99, 12, 106, 28, 29, /* 34 */
+  106, 98, 10, 100, 101, 107, 26, 27, /* 37 */
+  90, 107, 108, /* 38 */
+  108, 95, 8, 109, 24, 25, /* 41 */
+  109, 94, 95, 96, 110, /* 42 */
+  110, 91, 6, 112, 22, 23, /* 45 */
+  112, 66, 4, 92, 93, 113, 20, 21, /* 48 */
+  108, 113, 114, /* 49 */
+  114, 0, 18, 19, /* 51 */
+  2, 18, 34, 35, 2, 34, 35, /* 52 */
+  3, 19, 36, 37, 3, 36, 37, /* 53 */
+  4, 20, 38, 39, 4, 38, 39, /* 54 */
+  5, 21, 40, 41, 5, 40, 41, /* 55 */
+  6, 22, 42, 43, 6, 42, 43, /* 56 */
+  7, 23, 44, 45, 7, 44, 45, /* 57 */
+  8, 24, 46, 47, 8, 46, 47, /* 58 */
+  9, 25, 48, 49, 9, 48, 49, /* 59 */
+  10, 26, 50, 51, 10, 50, 51, /* 60 */
+  11, 27, 52, 53, 11, 52, 53, /* 61 */
+  12, 28, 54, 55, 12, 54, 55, /* 62 */
+  13, 29, 56, 57, 13, 56, 57, /* 63 */
+  14, 30, 58, 59, 14, 58, 59, /* 64 */
+  15, 31, 60, 61, 15, 60, 61, /* 65 */
+  16, 32, 62, 63, 16, 62, 63, /* 66 */
+  17, 33, 64, 65, 17, 64, 65, /* 67 */
 };
 
 /* steps each waits for (on other streams) */
@@ -550,7 +552,7 @@ static const int32_t waits[1] = {
 };
 
 /* kind, stream, op, recompute, io0, workspace, from, to, wait0, nwait, event */
-static const rt_SchedStep steps[52] = {
+static const rt_SchedStep steps[68] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 0, 0, -1, -1, -1, 0, 0, -1}, /* 0 compute encoder in 0,2,3 out 66 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 0, 4, -1, -1, -1, 0, 0, -1}, /* 1 compute l0.ln1 in 66,4,5 out 67,68,69 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 0, 10, -1, -1, -1, 0, 0, -1}, /* 2 compute l0.qkv in 67,6,7 out 70 */
@@ -566,43 +568,59 @@ static const rt_SchedStep steps[52] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 12, 0, 49, -1, -1, -1, 0, 0, -1}, /* 12 compute lm_head in 82,2 out 85 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 13, 0, 52, -1, -1, -1, 0, 0, -1}, /* 13 compute ce in 85,1 out 86,87 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 14, 0, 56, -1, -1, -1, 0, 0, -1}, /* 14 compute bwd.ce in 85,87,1 out 88 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 15, 0, 60, -1, -1, -1, 0, 0, -1}, /* 15 compute bwd.lm_head in 88,82,2 out 89,18 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 65, -1, -1, -1, 0, 0, -1}, /* 16 compute bwd.lnf in 89,81,16,83,84 out 90,32,33 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 1, 73, -1, -1, -1, 0, 0, -1}, /* 17 recompute l0.ln1 in 66,4,5 out 91,92,93 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 1, 79, -1, -1, -1, 0, 0, -1}, /* 18 recompute l0.qkv in 91,6,7 out 94 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 3, 1, 83, -1, -1, -1, 0, 0, -1}, /* 19 recompute l0.attn in 94 out 95,96 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 4, 1, 86, -1, -1, -1, 0, 0, -1}, /* 20 recompute l0.attproj in 95,8,9 out 97 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 5, 1, 90, -1, -1, -1, 0, 0, -1}, /* 21 recompute l0.res1 in 66,97 out 98 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 6, 1, 93, -1, -1, -1, 0, 0, -1}, /* 22 recompute l0.ln2 in 98,10,11 out 99,100,101 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 7, 1, 99, -1, -1, -1, 0, 0, -1}, /* 23 recompute l0.fc in 99,12,13 out 102 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 8, 1, 103, -1, -1, -1, 0, 0, -1}, /* 24 recompute l0.gelu in 102 out 103 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 105, -1, -1, -1, 0, 0, -1}, /* 25 compute bwd.l0.fcproj in 90,103,14 out 104,30,31 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 111, -1, -1, -1, 0, 0, -1}, /* 26 compute bwd.l0.gelu in 104,102 out 105 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 114, -1, -1, -1, 0, 0, -1}, /* 27 compute bwd.l0.fc in 105,99,12 out 106,28,29 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 120, -1, -1, -1, 0, 0, -1}, /* 28 compute bwd.l0.ln2 in 106,98,10,100,101 out 107,26,27 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 128, -1, -1, -1, 0, 0, -1}, /* 29 compute acc.l0.res1.y in 90,107 out 108 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 131, -1, -1, -1, 0, 0, -1}, /* 30 compute bwd.l0.attproj in 108,95,8 out 109,24,25 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 137, 111, -1, -1, 0, 0, -1}, /* 31 compute bwd.l0.attn in 109,94,95,96 out 110 ws 111 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 142, -1, -1, -1, 0, 0, -1}, /* 32 compute bwd.l0.qkv in 110,91,6 out 112,22,23 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 148, -1, -1, -1, 0, 0, -1}, /* 33 compute bwd.l0.ln1 in 112,66,4,92,93 out 113,20,21 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 156, -1, -1, -1, 0, 0, -1}, /* 34 compute acc.l0.x in 108,113 out 114 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 159, -1, -1, -1, 0, 0, -1}, /* 35 compute bwd.encoder in 114,0 out 18,19 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 28, 0, 163, -1, -1, -1, 0, 0, -1}, /* 36 compute adamw.wte in 2,18,34,35 out 2,34,35 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 29, 0, 170, -1, -1, -1, 0, 0, -1}, /* 37 compute adamw.wpe in 3,19,36,37 out 3,36,37 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 30, 0, 177, -1, -1, -1, 0, 0, -1}, /* 38 compute adamw.l0.ln1.w in 4,20,38,39 out 4,38,39 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 31, 0, 184, -1, -1, -1, 0, 0, -1}, /* 39 compute adamw.l0.ln1.b in 5,21,40,41 out 5,40,41 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 32, 0, 191, -1, -1, -1, 0, 0, -1}, /* 40 compute adamw.l0.qkv.w in 6,22,42,43 out 6,42,43 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 198, -1, -1, -1, 0, 0, -1}, /* 41 compute adamw.l0.qkv.b in 7,23,44,45 out 7,44,45 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 34, 0, 205, -1, -1, -1, 0, 0, -1}, /* 42 compute adamw.l0.attproj.w in 8,24,46,47 out 8,46,47 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 35, 0, 212, -1, -1, -1, 0, 0, -1}, /* 43 compute adamw.l0.attproj.b in 9,25,48,49 out 9,48,49 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 36, 0, 219, -1, -1, -1, 0, 0, -1}, /* 44 compute adamw.l0.ln2.w in 10,26,50,51 out 10,50,51 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 37, 0, 226, -1, -1, -1, 0, 0, -1}, /* 45 compute adamw.l0.ln2.b in 11,27,52,53 out 11,52,53 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 38, 0, 233, -1, -1, -1, 0, 0, -1}, /* 46 compute adamw.l0.fc.w in 12,28,54,55 out 12,54,55 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 39, 0, 240, -1, -1, -1, 0, 0, -1}, /* 47 compute adamw.l0.fc.b in 13,29,56,57 out 13,56,57 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 40, 0, 247, -1, -1, -1, 0, 0, -1}, /* 48 compute adamw.l0.fcproj.w in 14,30,58,59 out 14,58,59 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 41, 0, 254, -1, -1, -1, 0, 0, -1}, /* 49 compute adamw.l0.fcproj.b in 15,31,60,61 out 15,60,61 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 42, 0, 261, -1, -1, -1, 0, 0, -1}, /* 50 compute adamw.lnf.w in 16,32,62,63 out 16,62,63 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 43, 0, 268, -1, -1, -1, 0, 0, -1}, /* 51 compute adamw.lnf.b in 17,33,64,65 out 17,64,65 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 18, 0, 0, -1}, /* 15 zero 18 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 15, 0, 60, -1, -1, -1, 0, 0, -1}, /* 16 compute bwd.lm_head in 88,82,2 out 89,18 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 32, 0, 0, -1}, /* 17 zero 32 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 33, 0, 0, -1}, /* 18 zero 33 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 65, -1, -1, -1, 0, 0, -1}, /* 19 compute bwd.lnf in 89,81,16,83,84 out 90,32,33 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 1, 73, -1, -1, -1, 0, 0, -1}, /* 20 recompute l0.ln1 in 66,4,5 out 91,92,93 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 1, 79, -1, -1, -1, 0, 0, -1}, /* 21 recompute l0.qkv in 91,6,7 out 94 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 3, 1, 83, -1, -1, -1, 0, 0, -1}, /* 22 recompute l0.attn in 94 out 95,96 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 4, 1, 86, -1, -1, -1, 0, 0, -1}, /* 23 recompute l0.attproj in 95,8,9 out 97 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 5, 1, 90, -1, -1, -1, 0, 0, -1}, /* 24 recompute l0.res1 in 66,97 out 98 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 6, 1, 93, -1, -1, -1, 0, 0, -1}, /* 25 recompute l0.ln2 in 98,10,11 out 99,100,101 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 7, 1, 99, -1, -1, -1, 0, 0, -1}, /* 26 recompute l0.fc in 99,12,13 out 102 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 8, 1, 103, -1, -1, -1, 0, 0, -1}, /* 27 recompute l0.gelu in 102 out 103 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 30, 0, 0, -1}, /* 28 zero 30 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 31, 0, 0, -1}, /* 29 zero 31 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 105, -1, -1, -1, 0, 0, -1}, /* 30 compute bwd.l0.fcproj in 90,103,14 out 104,30,31 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 111, -1, -1, -1, 0, 0, -1}, /* 31 compute bwd.l0.gelu in 104,102 out 105 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 28, 0, 0, -1}, /* 32 zero 28 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 29, 0, 0, -1}, /* 33 zero 29 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 114, -1, -1, -1, 0, 0, -1}, /* 34 compute bwd.l0.fc in 105,99,12 out 106,28,29 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 26, 0, 0, -1}, /* 35 zero 26 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 27, 0, 0, -1}, /* 36 zero 27 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 120, -1, -1, -1, 0, 0, -1}, /* 37 compute bwd.l0.ln2 in 106,98,10,100,101 out 107,26,27 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 128, -1, -1, -1, 0, 0, -1}, /* 38 compute acc.l0.res1.y in 90,107 out 108 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 24, 0, 0, -1}, /* 39 zero 24 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 25, 0, 0, -1}, /* 40 zero 25 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 131, -1, -1, -1, 0, 0, -1}, /* 41 compute bwd.l0.attproj in 108,95,8 out 109,24,25 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 137, 111, -1, -1, 0, 0, -1}, /* 42 compute bwd.l0.attn in 109,94,95,96 out 110 ws 111 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 22, 0, 0, -1}, /* 43 zero 22 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 23, 0, 0, -1}, /* 44 zero 23 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 142, -1, -1, -1, 0, 0, -1}, /* 45 compute bwd.l0.qkv in 110,91,6 out 112,22,23 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 20, 0, 0, -1}, /* 46 zero 20 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 21, 0, 0, -1}, /* 47 zero 21 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 148, -1, -1, -1, 0, 0, -1}, /* 48 compute bwd.l0.ln1 in 112,66,4,92,93 out 113,20,21 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 156, -1, -1, -1, 0, 0, -1}, /* 49 compute acc.l0.x in 108,113 out 114 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 19, 0, 0, -1}, /* 50 zero 19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 159, -1, -1, -1, 0, 0, -1}, /* 51 compute bwd.encoder in 114,0 out 18,19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 28, 0, 163, -1, -1, -1, 0, 0, -1}, /* 52 compute adamw.wte in 2,18,34,35 out 2,34,35 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 29, 0, 170, -1, -1, -1, 0, 0, -1}, /* 53 compute adamw.wpe in 3,19,36,37 out 3,36,37 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 30, 0, 177, -1, -1, -1, 0, 0, -1}, /* 54 compute adamw.l0.ln1.w in 4,20,38,39 out 4,38,39 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 31, 0, 184, -1, -1, -1, 0, 0, -1}, /* 55 compute adamw.l0.ln1.b in 5,21,40,41 out 5,40,41 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 32, 0, 191, -1, -1, -1, 0, 0, -1}, /* 56 compute adamw.l0.qkv.w in 6,22,42,43 out 6,42,43 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 198, -1, -1, -1, 0, 0, -1}, /* 57 compute adamw.l0.qkv.b in 7,23,44,45 out 7,44,45 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 34, 0, 205, -1, -1, -1, 0, 0, -1}, /* 58 compute adamw.l0.attproj.w in 8,24,46,47 out 8,46,47 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 35, 0, 212, -1, -1, -1, 0, 0, -1}, /* 59 compute adamw.l0.attproj.b in 9,25,48,49 out 9,48,49 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 36, 0, 219, -1, -1, -1, 0, 0, -1}, /* 60 compute adamw.l0.ln2.w in 10,26,50,51 out 10,50,51 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 37, 0, 226, -1, -1, -1, 0, 0, -1}, /* 61 compute adamw.l0.ln2.b in 11,27,52,53 out 11,52,53 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 38, 0, 233, -1, -1, -1, 0, 0, -1}, /* 62 compute adamw.l0.fc.w in 12,28,54,55 out 12,54,55 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 39, 0, 240, -1, -1, -1, 0, 0, -1}, /* 63 compute adamw.l0.fc.b in 13,29,56,57 out 13,56,57 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 40, 0, 247, -1, -1, -1, 0, 0, -1}, /* 64 compute adamw.l0.fcproj.w in 14,30,58,59 out 14,58,59 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 41, 0, 254, -1, -1, -1, 0, 0, -1}, /* 65 compute adamw.l0.fcproj.b in 15,31,60,61 out 15,60,61 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 42, 0, 261, -1, -1, -1, 0, 0, -1}, /* 66 compute adamw.lnf.w in 16,32,62,63 out 16,62,63 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 43, 0, 268, -1, -1, -1, 0, 0, -1}, /* 67 compute adamw.lnf.b in 17,33,64,65 out 17,64,65 */
 };
 
 static const rt_Schedule schedule = {
@@ -611,7 +629,7 @@ static const rt_Schedule schedule = {
   "d0b039089ba38789b84053923a1f832bf613c12960f12d3b758ee52856c6a927",
   "cpu", "checkpoint-layers", "not_used",
   0, 7.3683599999999994e-05,
-  8589934592, 75780, 0, 256, 67716,
+  8589934592, 70660, 0, 256, 63684,
   RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 0,
   tensors, buffers, ops, op_io, attrs, steps, step_io, waits,
   RT_SCHED_LEN(op_io), RT_SCHED_LEN(attrs), RT_SCHED_LEN(step_io), 0

@@ -8,8 +8,8 @@
  * strategy: offload-all
  * solver: none, status not_used, gap 0
  * predicted step seconds: 6.41156e-05
- * predicted peak live bytes: 65828
- * arena bytes: 72708, host bytes: 6928
+ * predicted peak live bytes: 63684
+ * arena bytes: 70660, host bytes: 6928
  */
 #include <stdint.h>
 
@@ -18,8 +18,10 @@
 #define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
+/* RT_STEP_ZERO (to): fill a grad's device home with zeros before its
+ * first use; a grad without one is zeroed at the step's start. */
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
-       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };
 enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
 /* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
  * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
@@ -185,146 +187,146 @@ static const rt_SchedTensor tensors[101] = {
 
 /* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[140] = {
-  {0, -1, RT_SPACE_DEVICE, 1, 16, 72192}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 1, 16, 72448}, /* 1 */
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 69632}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 69888}, /* 1 */
   {2, -1, RT_SPACE_DEVICE, 1, 2048, 45056}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 1, 256, 60416}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 1, 64, 64000}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 1, 64, 64256}, /* 5 */
+  {3, -1, RT_SPACE_DEVICE, 1, 256, 58112}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 64, 61952}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 64, 62208}, /* 5 */
   {6, -1, RT_SPACE_DEVICE, 1, 3072, 32768}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 1, 192, 62976}, /* 7 */
+  {7, -1, RT_SPACE_DEVICE, 1, 192, 60928}, /* 7 */
   {8, -1, RT_SPACE_DEVICE, 1, 1024, 53248}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 1, 64, 64512}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 1, 64, 64768}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 1, 64, 65024}, /* 11 */
+  {9, -1, RT_SPACE_DEVICE, 1, 64, 62464}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 1, 64, 62720}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 1, 64, 62976}, /* 11 */
   {12, -1, RT_SPACE_DEVICE, 1, 4096, 0}, /* 12 */
-  {13, -1, RT_SPACE_DEVICE, 1, 256, 60672}, /* 13 */
+  {13, -1, RT_SPACE_DEVICE, 1, 256, 58368}, /* 13 */
   {14, -1, RT_SPACE_DEVICE, 1, 4096, 4096}, /* 14 */
-  {15, -1, RT_SPACE_DEVICE, 1, 64, 65280}, /* 15 */
-  {16, -1, RT_SPACE_DEVICE, 1, 64, 65536}, /* 16 */
-  {17, -1, RT_SPACE_DEVICE, 1, 64, 65792}, /* 17 */
-  {18, -1, RT_SPACE_DEVICE, 1, 2048, 47104}, /* 18 */
-  {19, -1, RT_SPACE_DEVICE, 1, 256, 60928}, /* 19 */
-  {20, -1, RT_SPACE_DEVICE, 1, 64, 66048}, /* 20 */
-  {21, -1, RT_SPACE_DEVICE, 1, 64, 66304}, /* 21 */
-  {22, -1, RT_SPACE_DEVICE, 1, 3072, 35840}, /* 22 */
-  {23, -1, RT_SPACE_DEVICE, 1, 192, 63232}, /* 23 */
-  {24, -1, RT_SPACE_DEVICE, 1, 1024, 54272}, /* 24 */
-  {25, -1, RT_SPACE_DEVICE, 1, 64, 66560}, /* 25 */
-  {26, -1, RT_SPACE_DEVICE, 1, 64, 66816}, /* 26 */
-  {27, -1, RT_SPACE_DEVICE, 1, 64, 67072}, /* 27 */
-  {28, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 28 */
-  {29, -1, RT_SPACE_DEVICE, 1, 256, 61184}, /* 29 */
-  {30, -1, RT_SPACE_DEVICE, 1, 4096, 12288}, /* 30 */
-  {31, -1, RT_SPACE_DEVICE, 1, 64, 67328}, /* 31 */
-  {32, -1, RT_SPACE_DEVICE, 1, 64, 67584}, /* 32 */
-  {33, -1, RT_SPACE_DEVICE, 1, 64, 67840}, /* 33 */
-  {34, -1, RT_SPACE_DEVICE, 1, 2048, 49152}, /* 34 */
-  {35, -1, RT_SPACE_DEVICE, 1, 2048, 51200}, /* 35 */
-  {36, -1, RT_SPACE_DEVICE, 1, 256, 61440}, /* 36 */
-  {37, -1, RT_SPACE_DEVICE, 1, 256, 61696}, /* 37 */
-  {38, -1, RT_SPACE_DEVICE, 1, 64, 68096}, /* 38 */
-  {39, -1, RT_SPACE_DEVICE, 1, 64, 68352}, /* 39 */
-  {40, -1, RT_SPACE_DEVICE, 1, 64, 68608}, /* 40 */
-  {41, -1, RT_SPACE_DEVICE, 1, 64, 68864}, /* 41 */
-  {42, -1, RT_SPACE_DEVICE, 1, 3072, 38912}, /* 42 */
-  {43, -1, RT_SPACE_DEVICE, 1, 3072, 41984}, /* 43 */
-  {44, -1, RT_SPACE_DEVICE, 1, 192, 63488}, /* 44 */
-  {45, -1, RT_SPACE_DEVICE, 1, 192, 63744}, /* 45 */
-  {46, -1, RT_SPACE_DEVICE, 1, 1024, 55296}, /* 46 */
-  {47, -1, RT_SPACE_DEVICE, 1, 1024, 56320}, /* 47 */
-  {48, -1, RT_SPACE_DEVICE, 1, 64, 69120}, /* 48 */
-  {49, -1, RT_SPACE_DEVICE, 1, 64, 69376}, /* 49 */
-  {50, -1, RT_SPACE_DEVICE, 1, 64, 69632}, /* 50 */
-  {51, -1, RT_SPACE_DEVICE, 1, 64, 69888}, /* 51 */
-  {52, -1, RT_SPACE_DEVICE, 1, 64, 70144}, /* 52 */
-  {53, -1, RT_SPACE_DEVICE, 1, 64, 70400}, /* 53 */
-  {54, -1, RT_SPACE_DEVICE, 1, 4096, 16384}, /* 54 */
-  {55, -1, RT_SPACE_DEVICE, 1, 4096, 20480}, /* 55 */
-  {56, -1, RT_SPACE_DEVICE, 1, 256, 61952}, /* 56 */
-  {57, -1, RT_SPACE_DEVICE, 1, 256, 62208}, /* 57 */
-  {58, -1, RT_SPACE_DEVICE, 1, 4096, 24576}, /* 58 */
-  {59, -1, RT_SPACE_DEVICE, 1, 4096, 28672}, /* 59 */
-  {60, -1, RT_SPACE_DEVICE, 1, 64, 70656}, /* 60 */
-  {61, -1, RT_SPACE_DEVICE, 1, 64, 70912}, /* 61 */
-  {62, -1, RT_SPACE_DEVICE, 1, 64, 71168}, /* 62 */
-  {63, -1, RT_SPACE_DEVICE, 1, 64, 71424}, /* 63 */
-  {64, -1, RT_SPACE_DEVICE, 1, 64, 71680}, /* 64 */
-  {65, -1, RT_SPACE_DEVICE, 1, 64, 71936}, /* 65 */
-  {66, -1, RT_SPACE_DEVICE, 0, 256, 58112}, /* 66 */
+  {15, -1, RT_SPACE_DEVICE, 1, 64, 63232}, /* 15 */
+  {16, -1, RT_SPACE_DEVICE, 1, 64, 63488}, /* 16 */
+  {17, -1, RT_SPACE_DEVICE, 1, 64, 63744}, /* 17 */
+  {18, -1, RT_SPACE_DEVICE, 1, 2048, 51200}, /* 18 */
+  {19, -1, RT_SPACE_DEVICE, 1, 256, 57344}, /* 19 */
+  {20, -1, RT_SPACE_DEVICE, 1, 64, 57856}, /* 20 */
+  {21, -1, RT_SPACE_DEVICE, 1, 64, 60160}, /* 21 */
+  {22, -1, RT_SPACE_DEVICE, 1, 3072, 41984}, /* 22 */
+  {23, -1, RT_SPACE_DEVICE, 1, 192, 61696}, /* 23 */
+  {24, -1, RT_SPACE_DEVICE, 1, 1024, 56320}, /* 24 */
+  {25, -1, RT_SPACE_DEVICE, 1, 64, 69376}, /* 25 */
+  {26, -1, RT_SPACE_DEVICE, 1, 64, 68864}, /* 26 */
+  {27, -1, RT_SPACE_DEVICE, 1, 64, 69120}, /* 27 */
+  {28, -1, RT_SPACE_DEVICE, 1, 4096, 28672}, /* 28 */
+  {29, -1, RT_SPACE_DEVICE, 1, 256, 59648}, /* 29 */
+  {30, -1, RT_SPACE_DEVICE, 1, 4096, 24576}, /* 30 */
+  {31, -1, RT_SPACE_DEVICE, 1, 64, 68608}, /* 31 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 68096}, /* 32 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 68352}, /* 33 */
+  {34, -1, RT_SPACE_DEVICE, 1, 2048, 47104}, /* 34 */
+  {35, -1, RT_SPACE_DEVICE, 1, 2048, 49152}, /* 35 */
+  {36, -1, RT_SPACE_DEVICE, 1, 256, 58624}, /* 36 */
+  {37, -1, RT_SPACE_DEVICE, 1, 256, 58880}, /* 37 */
+  {38, -1, RT_SPACE_DEVICE, 1, 64, 64000}, /* 38 */
+  {39, -1, RT_SPACE_DEVICE, 1, 64, 64256}, /* 39 */
+  {40, -1, RT_SPACE_DEVICE, 1, 64, 64512}, /* 40 */
+  {41, -1, RT_SPACE_DEVICE, 1, 64, 64768}, /* 41 */
+  {42, -1, RT_SPACE_DEVICE, 1, 3072, 35840}, /* 42 */
+  {43, -1, RT_SPACE_DEVICE, 1, 3072, 38912}, /* 43 */
+  {44, -1, RT_SPACE_DEVICE, 1, 192, 61184}, /* 44 */
+  {45, -1, RT_SPACE_DEVICE, 1, 192, 61440}, /* 45 */
+  {46, -1, RT_SPACE_DEVICE, 1, 1024, 54272}, /* 46 */
+  {47, -1, RT_SPACE_DEVICE, 1, 1024, 55296}, /* 47 */
+  {48, -1, RT_SPACE_DEVICE, 1, 64, 65024}, /* 48 */
+  {49, -1, RT_SPACE_DEVICE, 1, 64, 65280}, /* 49 */
+  {50, -1, RT_SPACE_DEVICE, 1, 64, 65536}, /* 50 */
+  {51, -1, RT_SPACE_DEVICE, 1, 64, 65792}, /* 51 */
+  {52, -1, RT_SPACE_DEVICE, 1, 64, 66048}, /* 52 */
+  {53, -1, RT_SPACE_DEVICE, 1, 64, 66304}, /* 53 */
+  {54, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 54 */
+  {55, -1, RT_SPACE_DEVICE, 1, 4096, 12288}, /* 55 */
+  {56, -1, RT_SPACE_DEVICE, 1, 256, 59136}, /* 56 */
+  {57, -1, RT_SPACE_DEVICE, 1, 256, 59392}, /* 57 */
+  {58, -1, RT_SPACE_DEVICE, 1, 4096, 16384}, /* 58 */
+  {59, -1, RT_SPACE_DEVICE, 1, 4096, 20480}, /* 59 */
+  {60, -1, RT_SPACE_DEVICE, 1, 64, 66560}, /* 60 */
+  {61, -1, RT_SPACE_DEVICE, 1, 64, 66816}, /* 61 */
+  {62, -1, RT_SPACE_DEVICE, 1, 64, 67072}, /* 62 */
+  {63, -1, RT_SPACE_DEVICE, 1, 64, 67328}, /* 63 */
+  {64, -1, RT_SPACE_DEVICE, 1, 64, 67584}, /* 64 */
+  {65, -1, RT_SPACE_DEVICE, 1, 64, 67840}, /* 65 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 25344}, /* 66 */
   {66, -1, RT_SPACE_HOST, 0, 256, 3328}, /* 67 */
-  {67, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 68 */
-  {68, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 69 */
-  {69, -1, RT_SPACE_DEVICE, 0, 16, 62720}, /* 70 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 25600}, /* 68 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 25856}, /* 69 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 26112}, /* 70 */
   {67, -1, RT_SPACE_HOST, 0, 256, 3584}, /* 71 */
   {68, -1, RT_SPACE_HOST, 0, 16, 5376}, /* 72 */
   {69, -1, RT_SPACE_HOST, 0, 16, 5632}, /* 73 */
-  {70, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 74 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 24576}, /* 74 */
   {70, -1, RT_SPACE_HOST, 0, 768, 2048}, /* 75 */
-  {71, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 76 */
-  {72, -1, RT_SPACE_DEVICE, 0, 32, 62464}, /* 77 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 25600}, /* 76 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 25856}, /* 77 */
   {71, -1, RT_SPACE_HOST, 0, 256, 3840}, /* 78 */
   {72, -1, RT_SPACE_HOST, 0, 32, 5120}, /* 79 */
-  {73, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 80 */
-  {74, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 81 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 80 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 26624}, /* 81 */
   {74, -1, RT_SPACE_HOST, 0, 256, 4096}, /* 82 */
-  {75, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 83 */
-  {76, -1, RT_SPACE_DEVICE, 0, 16, 59904}, /* 84 */
-  {77, -1, RT_SPACE_DEVICE, 0, 16, 60160}, /* 85 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 25600}, /* 83 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 25856}, /* 84 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 26112}, /* 85 */
   {75, -1, RT_SPACE_HOST, 0, 256, 4352}, /* 86 */
   {76, -1, RT_SPACE_HOST, 0, 16, 5888}, /* 87 */
   {77, -1, RT_SPACE_HOST, 0, 16, 6144}, /* 88 */
-  {78, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 89 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 24576}, /* 89 */
   {78, -1, RT_SPACE_HOST, 0, 1024, 0}, /* 90 */
-  {79, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 91 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 25600}, /* 91 */
   {79, -1, RT_SPACE_HOST, 0, 1024, 1024}, /* 92 */
-  {80, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 93 */
-  {81, -1, RT_SPACE_DEVICE, 0, 256, 59904}, /* 94 */
+  {80, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 93 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 24832}, /* 94 */
   {81, -1, RT_SPACE_HOST, 0, 256, 4608}, /* 95 */
-  {82, -1, RT_SPACE_DEVICE, 0, 256, 60160}, /* 96 */
-  {83, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 97 */
-  {84, -1, RT_SPACE_DEVICE, 0, 16, 62720}, /* 98 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 25088}, /* 96 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 25344}, /* 97 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 25600}, /* 98 */
   {82, -1, RT_SPACE_HOST, 0, 256, 4864}, /* 99 */
   {83, -1, RT_SPACE_HOST, 0, 16, 6400}, /* 100 */
   {84, -1, RT_SPACE_HOST, 0, 16, 6656}, /* 101 */
-  {85, -1, RT_SPACE_DEVICE, 0, 512, 57344}, /* 102 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 24576}, /* 102 */
   {85, -1, RT_SPACE_HOST, 0, 512, 2816}, /* 103 */
-  {86, -1, RT_SPACE_DEVICE, 0, 4, 72704}, /* 104 */
-  {87, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 105 */
+  {86, -1, RT_SPACE_DEVICE, 0, 4, 70656}, /* 104 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 25088}, /* 105 */
   {87, -1, RT_SPACE_HOST, 0, 16, 6912}, /* 106 */
-  {85, -1, RT_SPACE_DEVICE, 0, 512, 57344}, /* 107 */
-  {87, -1, RT_SPACE_DEVICE, 0, 16, 62464}, /* 108 */
-  {82, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 109 */
-  {88, -1, RT_SPACE_DEVICE, 0, 512, 57856}, /* 110 */
-  {81, -1, RT_SPACE_DEVICE, 0, 256, 58624}, /* 111 */
-  {83, -1, RT_SPACE_DEVICE, 0, 16, 62720}, /* 112 */
-  {84, -1, RT_SPACE_DEVICE, 0, 16, 59136}, /* 113 */
-  {89, -1, RT_SPACE_DEVICE, 0, 256, 58880}, /* 114 */
-  {79, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 115 */
-  {90, -1, RT_SPACE_DEVICE, 0, 256, 62464}, /* 116 */
-  {78, -1, RT_SPACE_DEVICE, 0, 1024, 58368}, /* 117 */
-  {91, -1, RT_SPACE_DEVICE, 0, 1024, 59392}, /* 118 */
-  {75, -1, RT_SPACE_DEVICE, 0, 256, 62720}, /* 119 */
-  {92, -1, RT_SPACE_DEVICE, 0, 1024, 57344}, /* 120 */
-  {74, -1, RT_SPACE_DEVICE, 0, 256, 58368}, /* 121 */
-  {76, -1, RT_SPACE_DEVICE, 0, 16, 58880}, /* 122 */
-  {77, -1, RT_SPACE_DEVICE, 0, 16, 59136}, /* 123 */
-  {93, -1, RT_SPACE_DEVICE, 0, 256, 58624}, /* 124 */
-  {94, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 125 */
-  {71, -1, RT_SPACE_DEVICE, 0, 256, 58880}, /* 126 */
-  {95, -1, RT_SPACE_DEVICE, 0, 256, 59136}, /* 127 */
-  {70, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 128 */
-  {72, -1, RT_SPACE_DEVICE, 0, 32, 60160}, /* 129 */
-  {96, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 130 */
-  {67, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 131 */
-  {97, -1, RT_SPACE_DEVICE, 0, 768, 58112}, /* 132 */
-  {-1, 23, RT_SPACE_DEVICE, 0, 256, 59904}, /* 133 */
-  {66, -1, RT_SPACE_DEVICE, 0, 256, 58880}, /* 134 */
-  {68, -1, RT_SPACE_DEVICE, 0, 16, 59904}, /* 135 */
-  {69, -1, RT_SPACE_DEVICE, 0, 16, 60160}, /* 136 */
-  {98, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 137 */
-  {99, -1, RT_SPACE_DEVICE, 0, 256, 59648}, /* 138 */
-  {100, -1, RT_SPACE_DEVICE, 0, 256, 59392}, /* 139 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 24576}, /* 107 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 25856}, /* 108 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 25600}, /* 109 */
+  {88, -1, RT_SPACE_DEVICE, 0, 512, 25088}, /* 110 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 24576}, /* 111 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 25856}, /* 112 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 26112}, /* 113 */
+  {89, -1, RT_SPACE_DEVICE, 0, 256, 24832}, /* 114 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 28672}, /* 115 */
+  {90, -1, RT_SPACE_DEVICE, 0, 256, 43008}, /* 116 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 29696}, /* 117 */
+  {91, -1, RT_SPACE_DEVICE, 0, 1024, 30720}, /* 118 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 43264}, /* 119 */
+  {92, -1, RT_SPACE_DEVICE, 0, 1024, 41984}, /* 120 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 43520}, /* 121 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 44032}, /* 122 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 44288}, /* 123 */
+  {93, -1, RT_SPACE_DEVICE, 0, 256, 43776}, /* 124 */
+  {94, -1, RT_SPACE_DEVICE, 0, 256, 41984}, /* 125 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 42752}, /* 126 */
+  {95, -1, RT_SPACE_DEVICE, 0, 256, 59904}, /* 127 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 41984}, /* 128 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 43520}, /* 129 */
+  {96, -1, RT_SPACE_DEVICE, 0, 256, 43008}, /* 130 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 60160}, /* 131 */
+  {97, -1, RT_SPACE_DEVICE, 0, 768, 57344}, /* 132 */
+  {-1, 23, RT_SPACE_DEVICE, 0, 256, 43264}, /* 133 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 60416}, /* 134 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 70144}, /* 135 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 70400}, /* 136 */
+  {98, -1, RT_SPACE_DEVICE, 0, 256, 60672}, /* 137 */
+  {99, -1, RT_SPACE_DEVICE, 0, 256, 57344}, /* 138 */
+  {100, -1, RT_SPACE_DEVICE, 0, 256, 57600}, /* 139 */
 };
 
 /* per op: input tensors, then output tensors */
@@ -530,39 +532,39 @@ static const int32_t step_io[243] = {
   96, 2, 102, /* 43 */
   102, 1, 104, 105, /* 48 */
   107, 108, 1, 110, /* 57 */
-  110, 109, 2, 114, 18, /* 62 */
-  114, 111, 16, 112, 113, 116, 32, 33, /* 67 */
-  116, 115, 14, 118, 30, 31, /* 70 */
-  118, 117, 120, /* 73 */
-  120, 119, 12, 124, 28, 29, /* 78 */
-  124, 121, 10, 122, 123, 125, 26, 27, /* 82 */
-  116, 125, 127, /* 84 */
-  127, 126, 8, 130, 24, 25, /* 88 */
-  130, 128, 126, 129, 132, /* 92 */
-  132, 131, 6, 137, 22, 23, /* 97 */
-  137, 134, 4, 135, 136, 138, 20, 21, /* 101 */
-  127, 138, 139, /* 102 */
-  139, 0, 18, 19, /* 103 */
-  2, 18, 34, 35, 2, 34, 35, /* 104 */
-  3, 19, 36, 37, 3, 36, 37, /* 105 */
-  4, 20, 38, 39, 4, 38, 39, /* 106 */
-  5, 21, 40, 41, 5, 40, 41, /* 107 */
-  6, 22, 42, 43, 6, 42, 43, /* 108 */
-  7, 23, 44, 45, 7, 44, 45, /* 109 */
-  8, 24, 46, 47, 8, 46, 47, /* 110 */
-  9, 25, 48, 49, 9, 48, 49, /* 111 */
-  10, 26, 50, 51, 10, 50, 51, /* 112 */
-  11, 27, 52, 53, 11, 52, 53, /* 113 */
-  12, 28, 54, 55, 12, 54, 55, /* 114 */
-  13, 29, 56, 57, 13, 56, 57, /* 115 */
-  14, 30, 58, 59, 14, 58, 59, /* 116 */
-  15, 31, 60, 61, 15, 60, 61, /* 117 */
-  16, 32, 62, 63, 16, 62, 63, /* 118 */
-  17, 33, 64, 65, 17, 64, 65, /* 119 */
+  110, 109, 2, 114, 18, /* 63 */
+  114, 111, 16, 112, 113, 116, 32, 33, /* 70 */
+  116, 115, 14, 118, 30, 31, /* 75 */
+  118, 117, 120, /* 78 */
+  120, 119, 12, 124, 28, 29, /* 85 */
+  124, 121, 10, 122, 123, 125, 26, 27, /* 91 */
+  116, 125, 127, /* 93 */
+  127, 126, 8, 130, 24, 25, /* 99 */
+  130, 128, 126, 129, 132, /* 103 */
+  132, 131, 6, 137, 22, 23, /* 110 */
+  137, 134, 4, 135, 136, 138, 20, 21, /* 116 */
+  127, 138, 139, /* 117 */
+  139, 0, 18, 19, /* 119 */
+  2, 18, 34, 35, 2, 34, 35, /* 120 */
+  3, 19, 36, 37, 3, 36, 37, /* 121 */
+  4, 20, 38, 39, 4, 38, 39, /* 122 */
+  5, 21, 40, 41, 5, 40, 41, /* 123 */
+  6, 22, 42, 43, 6, 42, 43, /* 124 */
+  7, 23, 44, 45, 7, 44, 45, /* 125 */
+  8, 24, 46, 47, 8, 46, 47, /* 126 */
+  9, 25, 48, 49, 9, 48, 49, /* 127 */
+  10, 26, 50, 51, 10, 50, 51, /* 128 */
+  11, 27, 52, 53, 11, 52, 53, /* 129 */
+  12, 28, 54, 55, 12, 54, 55, /* 130 */
+  13, 29, 56, 57, 13, 56, 57, /* 131 */
+  14, 30, 58, 59, 14, 58, 59, /* 132 */
+  15, 31, 60, 61, 15, 60, 61, /* 133 */
+  16, 32, 62, 63, 16, 62, 63, /* 134 */
+  17, 33, 64, 65, 17, 64, 65, /* 135 */
 };
 
 /* steps each waits for (on other streams) */
-static const int32_t waits[56] = {
+static const int32_t waits[53] = {
   0, /* 1 */
   2, /* 3 */
   6, /* 7 */
@@ -593,36 +595,33 @@ static const int32_t waits[56] = {
   44, /* 50 */
   49, /* 51 */
   50, /* 52 */
-  51, /* 53 */
+  49, /* 53 */
   52, /* 55 */
   53, /* 56 */
+  57, /* 58 */
   54, /* 61 */
-  62, /* 63 */
-  58, /* 64 */
-  59, /* 65 */
-  60, /* 66 */
-  67, /* 68 */
-  63, /* 69 */
-  68, /* 72 */
-  73, /* 74 */
+  58, /* 65 */
+  59, /* 66 */
+  60, /* 67 */
+  64, /* 72 */
   71, /* 77 */
-  74, /* 79 */
-  75, /* 80 */
-  76, /* 81 */
-  82, /* 83 */
-  84, /* 85 */
-  83, /* 87 */
-  85, /* 90 */
-  86, /* 91 */
-  92, /* 93 */
-  89, /* 96 */
-  93, /* 98 */
-  94, /* 99 */
-  95, /* 100 */
+  76, /* 82 */
+  79, /* 86 */
+  80, /* 87 */
+  81, /* 88 */
+  85, /* 92 */
+  93, /* 94 */
+  92, /* 96 */
+  94, /* 101 */
+  95, /* 102 */
+  100, /* 107 */
+  104, /* 111 */
+  105, /* 112 */
+  106, /* 113 */
 };
 
 /* kind, stream, op, recompute, io0, workspace, from, to, wait0, nwait, event */
-static const rt_SchedStep steps[120] = {
+static const rt_SchedStep steps[136] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 0, 0, -1, -1, -1, 0, 0, 0}, /* 0 compute encoder in 0,2,3 out 66 */
   {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 66, 67, 0, 1, -1}, /* 1 offload 66 -> 67 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 0, 4, -1, -1, -1, 1, 0, 1}, /* 2 compute l0.ln1 in 66,4,5 out 68,69,70 */
@@ -674,75 +673,91 @@ static const rt_SchedStep steps[120] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 13, 0, 52, -1, -1, -1, 26, 0, 27}, /* 48 compute ce in 102,1 out 104,105 */
   {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 105, 106, 26, 1, 28}, /* 49 offload 105 -> 106 */
   {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 102, -1, 27, 1, 29}, /* 50 offload_wait 102 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 105, -1, 28, 1, 30}, /* 51 offload_wait 105 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 103, 107, 29, 1, 31}, /* 52 prefetch 103 -> 107 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 106, 108, 30, 1, 32}, /* 53 prefetch 106 -> 108 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 99, 109, 31, 0, 33}, /* 54 prefetch 99 -> 109 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 105, -1, 28, 1, -1}, /* 51 offload_wait 105 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 103, 107, 29, 1, 30}, /* 52 prefetch 103 -> 107 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 106, 108, 30, 1, 31}, /* 53 prefetch 106 -> 108 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 99, 109, 31, 0, 32}, /* 54 prefetch 99 -> 109 */
   {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 107, 31, 1, -1}, /* 55 prefetch_wait 107 */
   {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 108, 32, 1, -1}, /* 56 prefetch_wait 108 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 14, 0, 56, -1, -1, -1, 33, 0, -1}, /* 57 compute bwd.ce in 107,108,1 out 110 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 95, 111, 33, 0, 34}, /* 58 prefetch 95 -> 111 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 100, 112, 33, 0, 35}, /* 59 prefetch 100 -> 112 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 101, 113, 33, 0, 36}, /* 60 prefetch 101 -> 113 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 109, 33, 1, -1}, /* 61 prefetch_wait 109 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 15, 0, 60, -1, -1, -1, 34, 0, 37}, /* 62 compute bwd.lm_head in 110,109,2 out 114,18 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 92, 115, 34, 1, 38}, /* 63 prefetch 92 -> 115 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 111, 35, 1, -1}, /* 64 prefetch_wait 111 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 112, 36, 1, -1}, /* 65 prefetch_wait 112 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 113, 37, 1, -1}, /* 66 prefetch_wait 113 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 65, -1, -1, -1, 38, 0, 39}, /* 67 compute bwd.lnf in 114,111,16,112,113 out 116,32,33 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 90, 117, 38, 1, 40}, /* 68 prefetch 90 -> 117 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 115, 39, 1, -1}, /* 69 prefetch_wait 115 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 73, -1, -1, -1, 40, 0, -1}, /* 70 compute bwd.l0.fcproj in 116,115,14 out 118,30,31 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 86, 119, 40, 0, 41}, /* 71 prefetch 86 -> 119 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 117, 40, 1, -1}, /* 72 prefetch_wait 117 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 79, -1, -1, -1, 41, 0, 42}, /* 73 compute bwd.l0.gelu in 118,117 out 120 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 82, 121, 41, 1, 43}, /* 74 prefetch 82 -> 121 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 87, 122, 42, 0, 44}, /* 75 prefetch 87 -> 122 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 88, 123, 42, 0, 45}, /* 76 prefetch 88 -> 123 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 119, 42, 1, -1}, /* 77 prefetch_wait 119 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 82, -1, -1, -1, 43, 0, -1}, /* 78 compute bwd.l0.fc in 120,119,12 out 124,28,29 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 121, 43, 1, -1}, /* 79 prefetch_wait 121 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 122, 44, 1, -1}, /* 80 prefetch_wait 122 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 123, 45, 1, -1}, /* 81 prefetch_wait 123 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 88, -1, -1, -1, 46, 0, 46}, /* 82 compute bwd.l0.ln2 in 124,121,10,122,123 out 125,26,27 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 78, 126, 46, 1, 47}, /* 83 prefetch 78 -> 126 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 96, -1, -1, -1, 47, 0, 48}, /* 84 compute acc.l0.res1.y in 116,125 out 127 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 75, 128, 47, 1, 49}, /* 85 prefetch 75 -> 128 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 79, 129, 48, 0, 50}, /* 86 prefetch 79 -> 129 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 126, 48, 1, -1}, /* 87 prefetch_wait 126 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 99, -1, -1, -1, 49, 0, -1}, /* 88 compute bwd.l0.attproj in 127,126,8 out 130,24,25 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 71, 131, 49, 0, 51}, /* 89 prefetch 71 -> 131 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 128, 49, 1, -1}, /* 90 prefetch_wait 128 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 129, 50, 1, -1}, /* 91 prefetch_wait 129 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 105, 133, -1, -1, 51, 0, 52}, /* 92 compute bwd.l0.attn in 130,128,126,129 out 132 ws 133 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 67, 134, 51, 1, 53}, /* 93 prefetch 67 -> 134 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 72, 135, 52, 0, 54}, /* 94 prefetch 72 -> 135 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 73, 136, 52, 0, 55}, /* 95 prefetch 73 -> 136 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 131, 52, 1, -1}, /* 96 prefetch_wait 131 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 110, -1, -1, -1, 53, 0, -1}, /* 97 compute bwd.l0.qkv in 132,131,6 out 137,22,23 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 134, 53, 1, -1}, /* 98 prefetch_wait 134 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 135, 54, 1, -1}, /* 99 prefetch_wait 135 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 136, 55, 1, -1}, /* 100 prefetch_wait 136 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 116, -1, -1, -1, 56, 0, -1}, /* 101 compute bwd.l0.ln1 in 137,134,4,135,136 out 138,20,21 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 124, -1, -1, -1, 56, 0, -1}, /* 102 compute acc.l0.x in 127,138 out 139 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 127, -1, -1, -1, 56, 0, -1}, /* 103 compute bwd.encoder in 139,0 out 18,19 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 28, 0, 131, -1, -1, -1, 56, 0, -1}, /* 104 compute adamw.wte in 2,18,34,35 out 2,34,35 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 29, 0, 138, -1, -1, -1, 56, 0, -1}, /* 105 compute adamw.wpe in 3,19,36,37 out 3,36,37 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 30, 0, 145, -1, -1, -1, 56, 0, -1}, /* 106 compute adamw.l0.ln1.w in 4,20,38,39 out 4,38,39 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 31, 0, 152, -1, -1, -1, 56, 0, -1}, /* 107 compute adamw.l0.ln1.b in 5,21,40,41 out 5,40,41 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 32, 0, 159, -1, -1, -1, 56, 0, -1}, /* 108 compute adamw.l0.qkv.w in 6,22,42,43 out 6,42,43 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 166, -1, -1, -1, 56, 0, -1}, /* 109 compute adamw.l0.qkv.b in 7,23,44,45 out 7,44,45 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 34, 0, 173, -1, -1, -1, 56, 0, -1}, /* 110 compute adamw.l0.attproj.w in 8,24,46,47 out 8,46,47 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 35, 0, 180, -1, -1, -1, 56, 0, -1}, /* 111 compute adamw.l0.attproj.b in 9,25,48,49 out 9,48,49 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 36, 0, 187, -1, -1, -1, 56, 0, -1}, /* 112 compute adamw.l0.ln2.w in 10,26,50,51 out 10,50,51 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 37, 0, 194, -1, -1, -1, 56, 0, -1}, /* 113 compute adamw.l0.ln2.b in 11,27,52,53 out 11,52,53 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 38, 0, 201, -1, -1, -1, 56, 0, -1}, /* 114 compute adamw.l0.fc.w in 12,28,54,55 out 12,54,55 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 39, 0, 208, -1, -1, -1, 56, 0, -1}, /* 115 compute adamw.l0.fc.b in 13,29,56,57 out 13,56,57 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 40, 0, 215, -1, -1, -1, 56, 0, -1}, /* 116 compute adamw.l0.fcproj.w in 14,30,58,59 out 14,58,59 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 41, 0, 222, -1, -1, -1, 56, 0, -1}, /* 117 compute adamw.l0.fcproj.b in 15,31,60,61 out 15,60,61 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 42, 0, 229, -1, -1, -1, 56, 0, -1}, /* 118 compute adamw.lnf.w in 16,32,62,63 out 16,62,63 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 43, 0, 236, -1, -1, -1, 56, 0, -1}, /* 119 compute adamw.lnf.b in 17,33,64,65 out 17,64,65 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 14, 0, 56, -1, -1, -1, 33, 0, 33}, /* 57 compute bwd.ce in 107,108,1 out 110 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 95, 111, 33, 1, 34}, /* 58 prefetch 95 -> 111 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 100, 112, 34, 0, 35}, /* 59 prefetch 100 -> 112 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 101, 113, 34, 0, 36}, /* 60 prefetch 101 -> 113 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 109, 34, 1, -1}, /* 61 prefetch_wait 109 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 18, 35, 0, -1}, /* 62 zero 18 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 15, 0, 60, -1, -1, -1, 35, 0, -1}, /* 63 compute bwd.lm_head in 110,109,2 out 114,18 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 92, 115, 35, 0, 37}, /* 64 prefetch 92 -> 115 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 111, 35, 1, -1}, /* 65 prefetch_wait 111 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 112, 36, 1, -1}, /* 66 prefetch_wait 112 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 113, 37, 1, -1}, /* 67 prefetch_wait 113 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 32, 38, 0, -1}, /* 68 zero 32 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 33, 38, 0, -1}, /* 69 zero 33 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 65, -1, -1, -1, 38, 0, -1}, /* 70 compute bwd.lnf in 114,111,16,112,113 out 116,32,33 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 90, 117, 38, 0, 38}, /* 71 prefetch 90 -> 117 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 115, 38, 1, -1}, /* 72 prefetch_wait 115 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 30, 39, 0, -1}, /* 73 zero 30 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 31, 39, 0, -1}, /* 74 zero 31 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 73, -1, -1, -1, 39, 0, -1}, /* 75 compute bwd.l0.fcproj in 116,115,14 out 118,30,31 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 86, 119, 39, 0, 39}, /* 76 prefetch 86 -> 119 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 117, 39, 1, -1}, /* 77 prefetch_wait 117 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 79, -1, -1, -1, 40, 0, -1}, /* 78 compute bwd.l0.gelu in 118,117 out 120 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 82, 121, 40, 0, 40}, /* 79 prefetch 82 -> 121 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 87, 122, 40, 0, 41}, /* 80 prefetch 87 -> 122 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 88, 123, 40, 0, 42}, /* 81 prefetch 88 -> 123 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 119, 40, 1, -1}, /* 82 prefetch_wait 119 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 28, 41, 0, -1}, /* 83 zero 28 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 29, 41, 0, -1}, /* 84 zero 29 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 82, -1, -1, -1, 41, 0, 43}, /* 85 compute bwd.l0.fc in 120,119,12 out 124,28,29 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 121, 41, 1, -1}, /* 86 prefetch_wait 121 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 122, 42, 1, -1}, /* 87 prefetch_wait 122 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 123, 43, 1, -1}, /* 88 prefetch_wait 123 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 26, 44, 0, -1}, /* 89 zero 26 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 27, 44, 0, -1}, /* 90 zero 27 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 88, -1, -1, -1, 44, 0, -1}, /* 91 compute bwd.l0.ln2 in 124,121,10,122,123 out 125,26,27 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 78, 126, 44, 1, 44}, /* 92 prefetch 78 -> 126 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 96, -1, -1, -1, 45, 0, 45}, /* 93 compute acc.l0.res1.y in 116,125 out 127 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 75, 128, 45, 1, 46}, /* 94 prefetch 75 -> 128 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 79, 129, 46, 0, 47}, /* 95 prefetch 79 -> 129 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 126, 46, 1, -1}, /* 96 prefetch_wait 126 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 24, 47, 0, -1}, /* 97 zero 24 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 25, 47, 0, -1}, /* 98 zero 25 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 99, -1, -1, -1, 47, 0, -1}, /* 99 compute bwd.l0.attproj in 127,126,8 out 130,24,25 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 71, 131, 47, 0, 48}, /* 100 prefetch 71 -> 131 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 128, 47, 1, -1}, /* 101 prefetch_wait 128 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 129, 48, 1, -1}, /* 102 prefetch_wait 129 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 105, 133, -1, -1, 49, 0, -1}, /* 103 compute bwd.l0.attn in 130,128,126,129 out 132 ws 133 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 67, 134, 49, 0, 49}, /* 104 prefetch 67 -> 134 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 72, 135, 49, 0, 50}, /* 105 prefetch 72 -> 135 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 73, 136, 49, 0, 51}, /* 106 prefetch 73 -> 136 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 131, 49, 1, -1}, /* 107 prefetch_wait 131 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 22, 50, 0, -1}, /* 108 zero 22 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 23, 50, 0, -1}, /* 109 zero 23 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 110, -1, -1, -1, 50, 0, -1}, /* 110 compute bwd.l0.qkv in 132,131,6 out 137,22,23 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 134, 50, 1, -1}, /* 111 prefetch_wait 134 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 135, 51, 1, -1}, /* 112 prefetch_wait 135 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 136, 52, 1, -1}, /* 113 prefetch_wait 136 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 20, 53, 0, -1}, /* 114 zero 20 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 21, 53, 0, -1}, /* 115 zero 21 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 116, -1, -1, -1, 53, 0, -1}, /* 116 compute bwd.l0.ln1 in 137,134,4,135,136 out 138,20,21 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 124, -1, -1, -1, 53, 0, -1}, /* 117 compute acc.l0.x in 127,138 out 139 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 19, 53, 0, -1}, /* 118 zero 19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 127, -1, -1, -1, 53, 0, -1}, /* 119 compute bwd.encoder in 139,0 out 18,19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 28, 0, 131, -1, -1, -1, 53, 0, -1}, /* 120 compute adamw.wte in 2,18,34,35 out 2,34,35 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 29, 0, 138, -1, -1, -1, 53, 0, -1}, /* 121 compute adamw.wpe in 3,19,36,37 out 3,36,37 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 30, 0, 145, -1, -1, -1, 53, 0, -1}, /* 122 compute adamw.l0.ln1.w in 4,20,38,39 out 4,38,39 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 31, 0, 152, -1, -1, -1, 53, 0, -1}, /* 123 compute adamw.l0.ln1.b in 5,21,40,41 out 5,40,41 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 32, 0, 159, -1, -1, -1, 53, 0, -1}, /* 124 compute adamw.l0.qkv.w in 6,22,42,43 out 6,42,43 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 166, -1, -1, -1, 53, 0, -1}, /* 125 compute adamw.l0.qkv.b in 7,23,44,45 out 7,44,45 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 34, 0, 173, -1, -1, -1, 53, 0, -1}, /* 126 compute adamw.l0.attproj.w in 8,24,46,47 out 8,46,47 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 35, 0, 180, -1, -1, -1, 53, 0, -1}, /* 127 compute adamw.l0.attproj.b in 9,25,48,49 out 9,48,49 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 36, 0, 187, -1, -1, -1, 53, 0, -1}, /* 128 compute adamw.l0.ln2.w in 10,26,50,51 out 10,50,51 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 37, 0, 194, -1, -1, -1, 53, 0, -1}, /* 129 compute adamw.l0.ln2.b in 11,27,52,53 out 11,52,53 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 38, 0, 201, -1, -1, -1, 53, 0, -1}, /* 130 compute adamw.l0.fc.w in 12,28,54,55 out 12,54,55 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 39, 0, 208, -1, -1, -1, 53, 0, -1}, /* 131 compute adamw.l0.fc.b in 13,29,56,57 out 13,56,57 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 40, 0, 215, -1, -1, -1, 53, 0, -1}, /* 132 compute adamw.l0.fcproj.w in 14,30,58,59 out 14,58,59 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 41, 0, 222, -1, -1, -1, 53, 0, -1}, /* 133 compute adamw.l0.fcproj.b in 15,31,60,61 out 15,60,61 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 42, 0, 229, -1, -1, -1, 53, 0, -1}, /* 134 compute adamw.lnf.w in 16,32,62,63 out 16,62,63 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 43, 0, 236, -1, -1, -1, 53, 0, -1}, /* 135 compute adamw.lnf.b in 17,33,64,65 out 17,64,65 */
 };
 
 static const rt_Schedule schedule = {
@@ -751,8 +766,8 @@ static const rt_Schedule schedule = {
   "d0b039089ba38789b84053923a1f832bf613c12960f12d3b758ee52856c6a927",
   "cpu", "offload-all", "not_used",
   0, 6.4115600000000007e-05,
-  8589934592, 72708, 6928, 256, 65828,
-  RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 56,
+  8589934592, 70660, 6928, 256, 63684,
+  RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 52,
   tensors, buffers, ops, op_io, attrs, steps, step_io, waits,
   RT_SCHED_LEN(op_io), RT_SCHED_LEN(attrs), RT_SCHED_LEN(step_io), RT_SCHED_LEN(waits)
 };

@@ -8,8 +8,8 @@
  * strategy: offload-all
  * solver: none, status not_used, gap 0
  * predicted step seconds: 5.35348e-05
- * predicted peak live bytes: 55588
- * arena bytes: 59396, host bytes: 4112
+ * predicted peak live bytes: 54180
+ * arena bytes: 57860, host bytes: 4112
  */
 #include <stdint.h>
 
@@ -18,8 +18,10 @@
 #define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
+/* RT_STEP_ZERO (to): fill a grad's device home with zeros before its
+ * first use; a grad without one is zeroed at the step's start. */
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
-       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };
 enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
 /* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
  * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
@@ -165,120 +167,120 @@ static const rt_SchedTensor tensors[81] = {
 
 /* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[114] = {
-  {0, -1, RT_SPACE_DEVICE, 1, 16, 58880}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 1, 16, 59136}, /* 1 */
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 57344}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 57600}, /* 1 */
   {2, -1, RT_SPACE_DEVICE, 1, 1024, 40960}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 1, 32, 57344}, /* 3 */
+  {3, -1, RT_SPACE_DEVICE, 1, 32, 55808}, /* 3 */
   {4, -1, RT_SPACE_DEVICE, 1, 1024, 41984}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 1, 512, 52224}, /* 5 */
-  {6, -1, RT_SPACE_DEVICE, 1, 32, 57600}, /* 6 */
+  {5, -1, RT_SPACE_DEVICE, 1, 512, 52480}, /* 5 */
+  {6, -1, RT_SPACE_DEVICE, 1, 32, 56064}, /* 6 */
   {7, -1, RT_SPACE_DEVICE, 1, 2048, 12288}, /* 7 */
   {8, -1, RT_SPACE_DEVICE, 1, 1024, 43008}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 1, 32, 57856}, /* 9 */
+  {9, -1, RT_SPACE_DEVICE, 1, 32, 56320}, /* 9 */
   {10, -1, RT_SPACE_DEVICE, 1, 1024, 44032}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 1, 1024, 45056}, /* 11 */
-  {12, -1, RT_SPACE_DEVICE, 1, 32, 58112}, /* 12 */
-  {13, -1, RT_SPACE_DEVICE, 1, 1024, 46080}, /* 13 */
-  {14, -1, RT_SPACE_DEVICE, 1, 512, 52736}, /* 14 */
-  {15, -1, RT_SPACE_DEVICE, 1, 32, 58368}, /* 15 */
-  {16, -1, RT_SPACE_DEVICE, 1, 2048, 14336}, /* 16 */
-  {17, -1, RT_SPACE_DEVICE, 1, 1024, 47104}, /* 17 */
-  {18, -1, RT_SPACE_DEVICE, 1, 32, 58624}, /* 18 */
+  {11, -1, RT_SPACE_DEVICE, 1, 1024, 51456}, /* 11 */
+  {12, -1, RT_SPACE_DEVICE, 1, 32, 57088}, /* 12 */
+  {13, -1, RT_SPACE_DEVICE, 1, 1024, 50176}, /* 13 */
+  {14, -1, RT_SPACE_DEVICE, 1, 512, 52992}, /* 14 */
+  {15, -1, RT_SPACE_DEVICE, 1, 32, 56832}, /* 15 */
+  {16, -1, RT_SPACE_DEVICE, 1, 2048, 38912}, /* 16 */
+  {17, -1, RT_SPACE_DEVICE, 1, 1024, 49152}, /* 17 */
+  {18, -1, RT_SPACE_DEVICE, 1, 32, 56576}, /* 18 */
   {19, -1, RT_SPACE_DEVICE, 1, 1024, 48128}, /* 19 */
-  {20, -1, RT_SPACE_DEVICE, 1, 2048, 16384}, /* 20 */
-  {21, -1, RT_SPACE_DEVICE, 1, 2048, 18432}, /* 21 */
-  {22, -1, RT_SPACE_DEVICE, 1, 2048, 20480}, /* 22 */
-  {23, -1, RT_SPACE_DEVICE, 1, 64, 55040}, /* 23 */
-  {24, -1, RT_SPACE_DEVICE, 1, 64, 55296}, /* 24 */
-  {25, -1, RT_SPACE_DEVICE, 1, 64, 55552}, /* 25 */
-  {26, -1, RT_SPACE_DEVICE, 1, 2048, 22528}, /* 26 */
-  {27, -1, RT_SPACE_DEVICE, 1, 2048, 24576}, /* 27 */
-  {28, -1, RT_SPACE_DEVICE, 1, 2048, 26624}, /* 28 */
-  {29, -1, RT_SPACE_DEVICE, 1, 1024, 49152}, /* 29 */
-  {30, -1, RT_SPACE_DEVICE, 1, 1024, 50176}, /* 30 */
-  {31, -1, RT_SPACE_DEVICE, 1, 1024, 51200}, /* 31 */
-  {32, -1, RT_SPACE_DEVICE, 1, 64, 55808}, /* 32 */
-  {33, -1, RT_SPACE_DEVICE, 1, 64, 56064}, /* 33 */
-  {34, -1, RT_SPACE_DEVICE, 1, 64, 56320}, /* 34 */
+  {20, -1, RT_SPACE_DEVICE, 1, 2048, 14336}, /* 20 */
+  {21, -1, RT_SPACE_DEVICE, 1, 2048, 16384}, /* 21 */
+  {22, -1, RT_SPACE_DEVICE, 1, 2048, 18432}, /* 22 */
+  {23, -1, RT_SPACE_DEVICE, 1, 64, 53504}, /* 23 */
+  {24, -1, RT_SPACE_DEVICE, 1, 64, 53760}, /* 24 */
+  {25, -1, RT_SPACE_DEVICE, 1, 64, 54016}, /* 25 */
+  {26, -1, RT_SPACE_DEVICE, 1, 2048, 20480}, /* 26 */
+  {27, -1, RT_SPACE_DEVICE, 1, 2048, 22528}, /* 27 */
+  {28, -1, RT_SPACE_DEVICE, 1, 2048, 24576}, /* 28 */
+  {29, -1, RT_SPACE_DEVICE, 1, 1024, 45056}, /* 29 */
+  {30, -1, RT_SPACE_DEVICE, 1, 1024, 46080}, /* 30 */
+  {31, -1, RT_SPACE_DEVICE, 1, 1024, 47104}, /* 31 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 54272}, /* 32 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 54528}, /* 33 */
+  {34, -1, RT_SPACE_DEVICE, 1, 64, 54784}, /* 34 */
   {35, -1, RT_SPACE_DEVICE, 1, 4096, 0}, /* 35 */
   {36, -1, RT_SPACE_DEVICE, 1, 4096, 4096}, /* 36 */
   {37, -1, RT_SPACE_DEVICE, 1, 4096, 8192}, /* 37 */
-  {38, -1, RT_SPACE_DEVICE, 1, 2048, 28672}, /* 38 */
-  {39, -1, RT_SPACE_DEVICE, 1, 2048, 30720}, /* 39 */
-  {40, -1, RT_SPACE_DEVICE, 1, 2048, 32768}, /* 40 */
-  {41, -1, RT_SPACE_DEVICE, 1, 64, 56576}, /* 41 */
-  {42, -1, RT_SPACE_DEVICE, 1, 64, 56832}, /* 42 */
-  {43, -1, RT_SPACE_DEVICE, 1, 64, 57088}, /* 43 */
-  {44, -1, RT_SPACE_DEVICE, 1, 2048, 34816}, /* 44 */
-  {45, -1, RT_SPACE_DEVICE, 1, 2048, 36864}, /* 45 */
-  {46, -1, RT_SPACE_DEVICE, 1, 2048, 38912}, /* 46 */
-  {47, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 47 */
+  {38, -1, RT_SPACE_DEVICE, 1, 2048, 26624}, /* 38 */
+  {39, -1, RT_SPACE_DEVICE, 1, 2048, 28672}, /* 39 */
+  {40, -1, RT_SPACE_DEVICE, 1, 2048, 30720}, /* 40 */
+  {41, -1, RT_SPACE_DEVICE, 1, 64, 55040}, /* 41 */
+  {42, -1, RT_SPACE_DEVICE, 1, 64, 55296}, /* 42 */
+  {43, -1, RT_SPACE_DEVICE, 1, 64, 55552}, /* 43 */
+  {44, -1, RT_SPACE_DEVICE, 1, 2048, 32768}, /* 44 */
+  {45, -1, RT_SPACE_DEVICE, 1, 2048, 34816}, /* 45 */
+  {46, -1, RT_SPACE_DEVICE, 1, 2048, 36864}, /* 46 */
+  {47, -1, RT_SPACE_DEVICE, 0, 128, 56576}, /* 47 */
   {47, -1, RT_SPACE_HOST, 0, 128, 1280}, /* 48 */
-  {48, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 49 */
-  {49, -1, RT_SPACE_DEVICE, 0, 16, 54016}, /* 50 */
+  {48, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 49 */
+  {49, -1, RT_SPACE_DEVICE, 0, 16, 56832}, /* 50 */
   {48, -1, RT_SPACE_HOST, 0, 128, 1536}, /* 51 */
   {49, -1, RT_SPACE_HOST, 0, 16, 3328}, /* 52 */
-  {50, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 53 */
-  {51, -1, RT_SPACE_DEVICE, 0, 256, 53504}, /* 54 */
+  {50, -1, RT_SPACE_DEVICE, 0, 256, 52992}, /* 53 */
+  {51, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 54 */
   {51, -1, RT_SPACE_HOST, 0, 256, 512}, /* 55 */
-  {52, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 56 */
-  {53, -1, RT_SPACE_DEVICE, 0, 32, 54016}, /* 57 */
+  {52, -1, RT_SPACE_DEVICE, 0, 128, 52992}, /* 56 */
+  {53, -1, RT_SPACE_DEVICE, 0, 32, 56832}, /* 57 */
   {52, -1, RT_SPACE_HOST, 0, 128, 1792}, /* 58 */
   {53, -1, RT_SPACE_HOST, 0, 32, 3072}, /* 59 */
-  {54, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 60 */
-  {55, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 61 */
+  {54, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 60 */
+  {55, -1, RT_SPACE_DEVICE, 0, 128, 56832}, /* 61 */
   {55, -1, RT_SPACE_HOST, 0, 128, 2048}, /* 62 */
-  {56, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 63 */
-  {57, -1, RT_SPACE_DEVICE, 0, 16, 54272}, /* 64 */
+  {56, -1, RT_SPACE_DEVICE, 0, 128, 56576}, /* 63 */
+  {57, -1, RT_SPACE_DEVICE, 0, 16, 57088}, /* 64 */
   {56, -1, RT_SPACE_HOST, 0, 128, 2304}, /* 65 */
   {57, -1, RT_SPACE_HOST, 0, 16, 3584}, /* 66 */
-  {58, -1, RT_SPACE_DEVICE, 0, 512, 53248}, /* 67 */
+  {58, -1, RT_SPACE_DEVICE, 0, 512, 52992}, /* 67 */
   {58, -1, RT_SPACE_HOST, 0, 512, 0}, /* 68 */
-  {59, -1, RT_SPACE_DEVICE, 0, 256, 53760}, /* 69 */
+  {59, -1, RT_SPACE_DEVICE, 0, 256, 56576}, /* 69 */
   {59, -1, RT_SPACE_HOST, 0, 256, 768}, /* 70 */
-  {60, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 71 */
-  {61, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 72 */
+  {60, -1, RT_SPACE_DEVICE, 0, 128, 57088}, /* 71 */
+  {61, -1, RT_SPACE_DEVICE, 0, 128, 56576}, /* 72 */
   {61, -1, RT_SPACE_HOST, 0, 128, 2560}, /* 73 */
-  {62, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 74 */
-  {63, -1, RT_SPACE_DEVICE, 0, 16, 54016}, /* 75 */
+  {62, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 74 */
+  {63, -1, RT_SPACE_DEVICE, 0, 16, 56832}, /* 75 */
   {62, -1, RT_SPACE_HOST, 0, 128, 2816}, /* 76 */
   {63, -1, RT_SPACE_HOST, 0, 16, 3840}, /* 77 */
-  {64, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 78 */
+  {64, -1, RT_SPACE_DEVICE, 0, 256, 52992}, /* 78 */
   {64, -1, RT_SPACE_HOST, 0, 256, 1024}, /* 79 */
-  {65, -1, RT_SPACE_DEVICE, 0, 4, 59392}, /* 80 */
-  {66, -1, RT_SPACE_DEVICE, 0, 16, 53504}, /* 81 */
+  {65, -1, RT_SPACE_DEVICE, 0, 4, 57856}, /* 80 */
+  {66, -1, RT_SPACE_DEVICE, 0, 16, 53248}, /* 81 */
   {66, -1, RT_SPACE_HOST, 0, 16, 4096}, /* 82 */
-  {64, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 83 */
-  {66, -1, RT_SPACE_DEVICE, 0, 16, 54016}, /* 84 */
-  {62, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 85 */
-  {67, -1, RT_SPACE_DEVICE, 0, 256, 53504}, /* 86 */
-  {61, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 87 */
-  {63, -1, RT_SPACE_DEVICE, 0, 16, 54272}, /* 88 */
-  {68, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 89 */
-  {59, -1, RT_SPACE_DEVICE, 0, 256, 53760}, /* 90 */
-  {69, -1, RT_SPACE_DEVICE, 0, 128, 54528}, /* 91 */
-  {58, -1, RT_SPACE_DEVICE, 0, 512, 53248}, /* 92 */
-  {70, -1, RT_SPACE_DEVICE, 0, 256, 54272}, /* 93 */
-  {56, -1, RT_SPACE_DEVICE, 0, 128, 54784}, /* 94 */
-  {71, -1, RT_SPACE_DEVICE, 0, 512, 53760}, /* 95 */
-  {55, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 96 */
-  {57, -1, RT_SPACE_DEVICE, 0, 16, 54272}, /* 97 */
-  {72, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 98 */
-  {73, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 99 */
-  {52, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 100 */
-  {74, -1, RT_SPACE_DEVICE, 0, 128, 54272}, /* 101 */
-  {51, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 102 */
-  {53, -1, RT_SPACE_DEVICE, 0, 32, 54784}, /* 103 */
-  {75, -1, RT_SPACE_DEVICE, 0, 128, 54528}, /* 104 */
-  {76, -1, RT_SPACE_DEVICE, 0, 256, 53504}, /* 105 */
-  {-1, 24, RT_SPACE_DEVICE, 0, 256, 53760}, /* 106 */
-  {48, -1, RT_SPACE_DEVICE, 0, 128, 53760}, /* 107 */
-  {77, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 108 */
-  {47, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 109 */
-  {49, -1, RT_SPACE_DEVICE, 0, 16, 54528}, /* 110 */
-  {78, -1, RT_SPACE_DEVICE, 0, 128, 54016}, /* 111 */
-  {79, -1, RT_SPACE_DEVICE, 0, 128, 53248}, /* 112 */
-  {80, -1, RT_SPACE_DEVICE, 0, 128, 53504}, /* 113 */
+  {64, -1, RT_SPACE_DEVICE, 0, 256, 52992}, /* 83 */
+  {66, -1, RT_SPACE_DEVICE, 0, 16, 56832}, /* 84 */
+  {62, -1, RT_SPACE_DEVICE, 0, 128, 56576}, /* 85 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 86 */
+  {61, -1, RT_SPACE_DEVICE, 0, 128, 56832}, /* 87 */
+  {63, -1, RT_SPACE_DEVICE, 0, 16, 57088}, /* 88 */
+  {68, -1, RT_SPACE_DEVICE, 0, 128, 52992}, /* 89 */
+  {59, -1, RT_SPACE_DEVICE, 0, 256, 53248}, /* 90 */
+  {69, -1, RT_SPACE_DEVICE, 0, 128, 52224}, /* 91 */
+  {58, -1, RT_SPACE_DEVICE, 0, 512, 56832}, /* 92 */
+  {70, -1, RT_SPACE_DEVICE, 0, 256, 38912}, /* 93 */
+  {56, -1, RT_SPACE_DEVICE, 0, 128, 50176}, /* 94 */
+  {71, -1, RT_SPACE_DEVICE, 0, 512, 52992}, /* 95 */
+  {55, -1, RT_SPACE_DEVICE, 0, 128, 50432}, /* 96 */
+  {57, -1, RT_SPACE_DEVICE, 0, 16, 50944}, /* 97 */
+  {72, -1, RT_SPACE_DEVICE, 0, 128, 50688}, /* 98 */
+  {73, -1, RT_SPACE_DEVICE, 0, 128, 57088}, /* 99 */
+  {52, -1, RT_SPACE_DEVICE, 0, 128, 50176}, /* 100 */
+  {74, -1, RT_SPACE_DEVICE, 0, 128, 51968}, /* 101 */
+  {51, -1, RT_SPACE_DEVICE, 0, 256, 57088}, /* 102 */
+  {53, -1, RT_SPACE_DEVICE, 0, 32, 50688}, /* 103 */
+  {75, -1, RT_SPACE_DEVICE, 0, 128, 50432}, /* 104 */
+  {76, -1, RT_SPACE_DEVICE, 0, 256, 51712}, /* 105 */
+  {-1, 24, RT_SPACE_DEVICE, 0, 256, 52224}, /* 106 */
+  {48, -1, RT_SPACE_DEVICE, 0, 128, 51456}, /* 107 */
+  {77, -1, RT_SPACE_DEVICE, 0, 256, 57088}, /* 108 */
+  {47, -1, RT_SPACE_DEVICE, 0, 128, 51712}, /* 109 */
+  {49, -1, RT_SPACE_DEVICE, 0, 16, 51200}, /* 110 */
+  {78, -1, RT_SPACE_DEVICE, 0, 128, 52224}, /* 111 */
+  {79, -1, RT_SPACE_DEVICE, 0, 128, 51456}, /* 112 */
+  {80, -1, RT_SPACE_DEVICE, 0, 128, 51200}, /* 113 */
 };
 
 /* per op: input tensors, then output tensors */
@@ -446,33 +448,33 @@ static const int32_t step_io[194] = {
   74, 10, 78, /* 39 */
   78, 1, 80, 81, /* 43 */
   83, 84, 1, 86, /* 52 */
-  86, 85, 10, 89, 19, /* 56 */
-  89, 87, 9, 88, 91, 18, /* 60 */
-  91, 90, 8, 93, 17, /* 63 */
-  93, 92, 95, /* 66 */
-  95, 94, 7, 98, 16, /* 70 */
-  98, 96, 6, 97, 99, 15, /* 73 */
-  91, 99, 101, /* 75 */
-  101, 100, 5, 104, 14, /* 79 */
-  104, 102, 100, 103, 105, /* 82 */
-  105, 108, /* 84 */
-  108, 107, 4, 111, 13, /* 88 */
-  111, 109, 3, 110, 112, 12, /* 91 */
-  101, 112, 113, /* 92 */
-  113, 0, 11, /* 93 */
-  2, 11, 20, 21, 22, 2, 20, 21, 22, /* 94 */
-  3, 12, 23, 24, 25, 3, 23, 24, 25, /* 95 */
-  4, 13, 26, 27, 28, 4, 26, 27, 28, /* 96 */
-  5, 14, 29, 30, 31, 5, 29, 30, 31, /* 97 */
-  6, 15, 32, 33, 34, 6, 32, 33, 34, /* 98 */
-  7, 16, 35, 36, 37, 7, 35, 36, 37, /* 99 */
-  8, 17, 38, 39, 40, 8, 38, 39, 40, /* 100 */
-  9, 18, 41, 42, 43, 9, 41, 42, 43, /* 101 */
-  10, 19, 44, 45, 46, 10, 44, 45, 46, /* 102 */
+  86, 85, 10, 89, 19, /* 57 */
+  89, 87, 9, 88, 91, 18, /* 62 */
+  91, 90, 8, 93, 17, /* 66 */
+  93, 92, 95, /* 69 */
+  95, 94, 7, 98, 16, /* 74 */
+  98, 96, 6, 97, 99, 15, /* 78 */
+  91, 99, 101, /* 80 */
+  101, 100, 5, 104, 14, /* 85 */
+  104, 102, 100, 103, 105, /* 88 */
+  105, 108, /* 90 */
+  108, 107, 4, 111, 13, /* 95 */
+  111, 109, 3, 110, 112, 12, /* 99 */
+  101, 112, 113, /* 100 */
+  113, 0, 11, /* 102 */
+  2, 11, 20, 21, 22, 2, 20, 21, 22, /* 103 */
+  3, 12, 23, 24, 25, 3, 23, 24, 25, /* 104 */
+  4, 13, 26, 27, 28, 4, 26, 27, 28, /* 105 */
+  5, 14, 29, 30, 31, 5, 29, 30, 31, /* 106 */
+  6, 15, 32, 33, 34, 6, 32, 33, 34, /* 107 */
+  7, 16, 35, 36, 37, 7, 35, 36, 37, /* 108 */
+  8, 17, 38, 39, 40, 8, 38, 39, 40, /* 109 */
+  9, 18, 41, 42, 43, 9, 41, 42, 43, /* 110 */
+  10, 19, 44, 45, 46, 10, 44, 45, 46, /* 111 */
 };
 
 /* steps each waits for (on other streams) */
-static const int32_t waits[52] = {
+static const int32_t waits[50] = {
   0, /* 1 */
   2, /* 3 */
   3, /* 6 */
@@ -505,30 +507,28 @@ static const int32_t waits[52] = {
   48, /* 51 */
   52, /* 53 */
   49, /* 55 */
-  56, /* 57 */
-  53, /* 58 */
-  54, /* 59 */
-  60, /* 61 */
-  57, /* 62 */
-  61, /* 65 */
-  66, /* 67 */
-  64, /* 69 */
-  67, /* 71 */
-  68, /* 72 */
-  70, /* 74 */
-  73, /* 76 */
-  74, /* 78 */
-  76, /* 80 */
-  77, /* 81 */
-  82, /* 83 */
-  84, /* 85 */
-  83, /* 87 */
-  85, /* 89 */
-  86, /* 90 */
+  57, /* 58 */
+  53, /* 59 */
+  54, /* 60 */
+  62, /* 63 */
+  58, /* 64 */
+  63, /* 68 */
+  67, /* 72 */
+  70, /* 75 */
+  71, /* 76 */
+  74, /* 79 */
+  80, /* 81 */
+  79, /* 83 */
+  81, /* 86 */
+  82, /* 87 */
+  90, /* 91 */
+  89, /* 93 */
+  91, /* 96 */
+  92, /* 97 */
 };
 
 /* kind, stream, op, recompute, io0, workspace, from, to, wait0, nwait, event */
-static const rt_SchedStep steps[103] = {
+static const rt_SchedStep steps[112] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 0, 0, -1, -1, -1, 0, 0, 0}, /* 0 compute embedding in 0,2 out 47 */
   {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 47, 48, 0, 1, -1}, /* 1 offload 47 -> 48 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 0, 3, -1, -1, -1, 1, 0, 1}, /* 2 compute l0.ln1 in 47,3 out 49,50 */
@@ -585,53 +585,62 @@ static const rt_SchedStep steps[103] = {
   {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 73, 87, 30, 1, 31}, /* 53 prefetch 73 -> 87 */
   {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 77, 88, 31, 0, 32}, /* 54 prefetch 77 -> 88 */
   {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 85, 31, 1, -1}, /* 55 prefetch_wait 85 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 51, -1, -1, -1, 32, 0, 33}, /* 56 compute bwd.lm_head in 86,85,10 out 89,19 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 70, 90, 32, 1, 34}, /* 57 prefetch 70 -> 90 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 87, 33, 1, -1}, /* 58 prefetch_wait 87 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 88, 34, 1, -1}, /* 59 prefetch_wait 88 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 56, -1, -1, -1, 35, 0, 35}, /* 60 compute bwd.lnf in 89,87,9,88 out 91,18 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 68, 92, 35, 1, 36}, /* 61 prefetch 68 -> 92 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 90, 36, 1, -1}, /* 62 prefetch_wait 90 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 62, -1, -1, -1, 37, 0, -1}, /* 63 compute bwd.l0.w2 in 91,90,8 out 93,17 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 65, 94, 37, 0, 37}, /* 64 prefetch 65 -> 94 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 92, 37, 1, -1}, /* 65 prefetch_wait 92 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 67, -1, -1, -1, 38, 0, 38}, /* 66 compute bwd.l0.swiglu in 93,92 out 95 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 62, 96, 38, 1, 39}, /* 67 prefetch 62 -> 96 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 66, 97, 39, 0, 40}, /* 68 prefetch 66 -> 97 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 94, 39, 1, -1}, /* 69 prefetch_wait 94 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 70, -1, -1, -1, 40, 0, 41}, /* 70 compute bwd.l0.w13 in 95,94,7 out 98,16 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 96, 40, 1, -1}, /* 71 prefetch_wait 96 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 97, 41, 1, -1}, /* 72 prefetch_wait 97 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 75, -1, -1, -1, 42, 0, 42}, /* 73 compute bwd.l0.ln2 in 98,96,6,97 out 99,15 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 58, 100, 42, 1, 43}, /* 74 prefetch 58 -> 100 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 81, -1, -1, -1, 43, 0, -1}, /* 75 compute acc.l0.res1.y in 91,99 out 101 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 55, 102, 43, 1, 44}, /* 76 prefetch 55 -> 102 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 59, 103, 44, 0, 45}, /* 77 prefetch 59 -> 103 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 100, 44, 1, -1}, /* 78 prefetch_wait 100 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 84, -1, -1, -1, 45, 0, -1}, /* 79 compute bwd.l0.attproj in 101,100,5 out 104,14 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 102, 45, 1, -1}, /* 80 prefetch_wait 102 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 103, 46, 1, -1}, /* 81 prefetch_wait 103 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 89, 106, -1, -1, 47, 0, 46}, /* 82 compute bwd.l0.attn in 104,102,100,103 out 105 ws 106 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 51, 107, 47, 1, 47}, /* 83 prefetch 51 -> 107 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 94, -1, -1, -1, 48, 0, 48}, /* 84 compute bwd.l0.rope in 105 out 108 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 48, 109, 48, 1, 49}, /* 85 prefetch 48 -> 109 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 52, 110, 49, 0, 50}, /* 86 prefetch 52 -> 110 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 107, 49, 1, -1}, /* 87 prefetch_wait 107 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 96, -1, -1, -1, 50, 0, -1}, /* 88 compute bwd.l0.qkv in 108,107,4 out 111,13 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 109, 50, 1, -1}, /* 89 prefetch_wait 109 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 110, 51, 1, -1}, /* 90 prefetch_wait 110 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 101, -1, -1, -1, 52, 0, -1}, /* 91 compute bwd.l0.ln1 in 111,109,3,110 out 112,12 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 28, 0, 107, -1, -1, -1, 52, 0, -1}, /* 92 compute acc.l0.x in 101,112 out 113 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 29, 0, 110, -1, -1, -1, 52, 0, -1}, /* 93 compute bwd.embedding in 113,0 out 11 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 30, 0, 113, -1, -1, -1, 52, 0, -1}, /* 94 compute adamw.wte in 2,11,20,21,22 out 2,20,21,22 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 31, 0, 122, -1, -1, -1, 52, 0, -1}, /* 95 compute adamw.l0.ln1.w in 3,12,23,24,25 out 3,23,24,25 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 32, 0, 131, -1, -1, -1, 52, 0, -1}, /* 96 compute adamw.l0.qkv.w in 4,13,26,27,28 out 4,26,27,28 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 140, -1, -1, -1, 52, 0, -1}, /* 97 compute adamw.l0.attproj.w in 5,14,29,30,31 out 5,29,30,31 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 34, 0, 149, -1, -1, -1, 52, 0, -1}, /* 98 compute adamw.l0.ln2.w in 6,15,32,33,34 out 6,32,33,34 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 35, 0, 158, -1, -1, -1, 52, 0, -1}, /* 99 compute adamw.l0.w13.w in 7,16,35,36,37 out 7,35,36,37 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 36, 0, 167, -1, -1, -1, 52, 0, -1}, /* 100 compute adamw.l0.w2.w in 8,17,38,39,40 out 8,38,39,40 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 37, 0, 176, -1, -1, -1, 52, 0, -1}, /* 101 compute adamw.lnf.w in 9,18,41,42,43 out 9,41,42,43 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 38, 0, 185, -1, -1, -1, 52, 0, -1}, /* 102 compute adamw.lm_head.w in 10,19,44,45,46 out 10,44,45,46 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 19, 32, 0, -1}, /* 56 zero 19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 51, -1, -1, -1, 32, 0, 33}, /* 57 compute bwd.lm_head in 86,85,10 out 89,19 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 70, 90, 32, 1, 34}, /* 58 prefetch 70 -> 90 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 87, 33, 1, -1}, /* 59 prefetch_wait 87 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 88, 34, 1, -1}, /* 60 prefetch_wait 88 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 18, 35, 0, -1}, /* 61 zero 18 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 56, -1, -1, -1, 35, 0, 35}, /* 62 compute bwd.lnf in 89,87,9,88 out 91,18 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 68, 92, 35, 1, 36}, /* 63 prefetch 68 -> 92 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 90, 36, 1, -1}, /* 64 prefetch_wait 90 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 17, 37, 0, -1}, /* 65 zero 17 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 62, -1, -1, -1, 37, 0, -1}, /* 66 compute bwd.l0.w2 in 91,90,8 out 93,17 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 65, 94, 37, 0, 37}, /* 67 prefetch 65 -> 94 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 92, 37, 1, -1}, /* 68 prefetch_wait 92 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 67, -1, -1, -1, 38, 0, -1}, /* 69 compute bwd.l0.swiglu in 93,92 out 95 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 62, 96, 38, 0, 38}, /* 70 prefetch 62 -> 96 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 66, 97, 38, 0, 39}, /* 71 prefetch 66 -> 97 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 94, 38, 1, -1}, /* 72 prefetch_wait 94 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 16, 39, 0, -1}, /* 73 zero 16 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 70, -1, -1, -1, 39, 0, 40}, /* 74 compute bwd.l0.w13 in 95,94,7 out 98,16 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 96, 39, 1, -1}, /* 75 prefetch_wait 96 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 97, 40, 1, -1}, /* 76 prefetch_wait 97 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 15, 41, 0, -1}, /* 77 zero 15 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 75, -1, -1, -1, 41, 0, -1}, /* 78 compute bwd.l0.ln2 in 98,96,6,97 out 99,15 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 58, 100, 41, 1, 41}, /* 79 prefetch 58 -> 100 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 81, -1, -1, -1, 42, 0, 42}, /* 80 compute acc.l0.res1.y in 91,99 out 101 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 55, 102, 42, 1, 43}, /* 81 prefetch 55 -> 102 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 59, 103, 43, 0, 44}, /* 82 prefetch 59 -> 103 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 100, 43, 1, -1}, /* 83 prefetch_wait 100 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 14, 44, 0, -1}, /* 84 zero 14 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 84, -1, -1, -1, 44, 0, -1}, /* 85 compute bwd.l0.attproj in 101,100,5 out 104,14 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 102, 44, 1, -1}, /* 86 prefetch_wait 102 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 103, 45, 1, -1}, /* 87 prefetch_wait 103 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 89, 106, -1, -1, 46, 0, -1}, /* 88 compute bwd.l0.attn in 104,102,100,103 out 105 ws 106 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 51, 107, 46, 0, 45}, /* 89 prefetch 51 -> 107 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 94, -1, -1, -1, 46, 0, 46}, /* 90 compute bwd.l0.rope in 105 out 108 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 48, 109, 46, 1, 47}, /* 91 prefetch 48 -> 109 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 52, 110, 47, 0, 48}, /* 92 prefetch 52 -> 110 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 107, 47, 1, -1}, /* 93 prefetch_wait 107 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 13, 48, 0, -1}, /* 94 zero 13 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 96, -1, -1, -1, 48, 0, -1}, /* 95 compute bwd.l0.qkv in 108,107,4 out 111,13 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 109, 48, 1, -1}, /* 96 prefetch_wait 109 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 110, 49, 1, -1}, /* 97 prefetch_wait 110 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 12, 50, 0, -1}, /* 98 zero 12 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 101, -1, -1, -1, 50, 0, -1}, /* 99 compute bwd.l0.ln1 in 111,109,3,110 out 112,12 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 28, 0, 107, -1, -1, -1, 50, 0, -1}, /* 100 compute acc.l0.x in 101,112 out 113 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 11, 50, 0, -1}, /* 101 zero 11 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 29, 0, 110, -1, -1, -1, 50, 0, -1}, /* 102 compute bwd.embedding in 113,0 out 11 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 30, 0, 113, -1, -1, -1, 50, 0, -1}, /* 103 compute adamw.wte in 2,11,20,21,22 out 2,20,21,22 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 31, 0, 122, -1, -1, -1, 50, 0, -1}, /* 104 compute adamw.l0.ln1.w in 3,12,23,24,25 out 3,23,24,25 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 32, 0, 131, -1, -1, -1, 50, 0, -1}, /* 105 compute adamw.l0.qkv.w in 4,13,26,27,28 out 4,26,27,28 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 140, -1, -1, -1, 50, 0, -1}, /* 106 compute adamw.l0.attproj.w in 5,14,29,30,31 out 5,29,30,31 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 34, 0, 149, -1, -1, -1, 50, 0, -1}, /* 107 compute adamw.l0.ln2.w in 6,15,32,33,34 out 6,32,33,34 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 35, 0, 158, -1, -1, -1, 50, 0, -1}, /* 108 compute adamw.l0.w13.w in 7,16,35,36,37 out 7,35,36,37 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 36, 0, 167, -1, -1, -1, 50, 0, -1}, /* 109 compute adamw.l0.w2.w in 8,17,38,39,40 out 8,38,39,40 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 37, 0, 176, -1, -1, -1, 50, 0, -1}, /* 110 compute adamw.lnf.w in 9,18,41,42,43 out 9,41,42,43 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 38, 0, 185, -1, -1, -1, 50, 0, -1}, /* 111 compute adamw.lm_head.w in 10,19,44,45,46 out 10,44,45,46 */
 };
 
 static const rt_Schedule schedule = {
@@ -640,8 +649,8 @@ static const rt_Schedule schedule = {
   "0087fad773f8bc733b418405da662e1085ac7017dfa2fd144744f48d0b82ae70",
   "cpu", "offload-all", "not_used",
   0, 5.3534799999999988e-05,
-  8589934592, 59396, 4112, 256, 55588,
-  RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 51,
+  8589934592, 57860, 4112, 256, 54180,
+  RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 49,
   tensors, buffers, ops, op_io, attrs, steps, step_io, waits,
   RT_SCHED_LEN(op_io), RT_SCHED_LEN(attrs), RT_SCHED_LEN(step_io), RT_SCHED_LEN(waits)
 };

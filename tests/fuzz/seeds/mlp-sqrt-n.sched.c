@@ -8,8 +8,8 @@
  * strategy: sqrt-n
  * solver: none, status not_used, gap 0
  * predicted step seconds: 1.3634e-05
- * predicted peak live bytes: 516
- * arena bytes: 3076, host bytes: 0
+ * predicted peak live bytes: 452
+ * arena bytes: 2820, host bytes: 0
  */
 #include <stdint.h>
 
@@ -18,8 +18,10 @@
 #define RATION_SCHED_ABI 3
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
+/* RT_STEP_ZERO (to): fill a grad's device home with zeros before its
+ * first use; a grad without one is zeroed at the step's start. */
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
-       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4 };
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };
 enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
 /* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
  * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
@@ -100,27 +102,27 @@ static const rt_SchedTensor tensors[16] = {
 
 /* tensor, workspace_of, space, home, bytes, offset */
 static const rt_SchedBuffer buffers[21] = {
-  {0, -1, RT_SPACE_DEVICE, 1, 32, 1792}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 1, 8, 2816}, /* 1 */
+  {0, -1, RT_SPACE_DEVICE, 1, 32, 1536}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 8, 2560}, /* 1 */
   {2, -1, RT_SPACE_DEVICE, 1, 64, 0}, /* 2 */
-  {3, -1, RT_SPACE_DEVICE, 1, 48, 1280}, /* 3 */
-  {4, -1, RT_SPACE_DEVICE, 1, 64, 256}, /* 4 */
-  {5, -1, RT_SPACE_DEVICE, 1, 48, 1536}, /* 5 */
-  {6, -1, RT_SPACE_DEVICE, 1, 64, 512}, /* 6 */
-  {7, -1, RT_SPACE_DEVICE, 1, 64, 768}, /* 7 */
-  {8, -1, RT_SPACE_DEVICE, 0, 16, 1024}, /* 8 */
-  {9, -1, RT_SPACE_DEVICE, 0, 16, 2304}, /* 9 */
-  {10, -1, RT_SPACE_DEVICE, 0, 24, 1024}, /* 10 */
-  {11, -1, RT_SPACE_DEVICE, 0, 4, 3072}, /* 11 */
-  {12, -1, RT_SPACE_DEVICE, 0, 8, 2048}, /* 12 */
-  {10, -1, RT_SPACE_DEVICE, 0, 24, 1024}, /* 13 */
-  {11, -1, RT_SPACE_DEVICE, 0, 4, 2048}, /* 14 */
-  {12, -1, RT_SPACE_DEVICE, 0, 8, 2560}, /* 15 */
-  {13, -1, RT_SPACE_DEVICE, 0, 24, 2048}, /* 16 */
-  {14, -1, RT_SPACE_DEVICE, 0, 16, 2560}, /* 17 */
-  {-1, 5, RT_SPACE_DEVICE, 0, 64, 1024}, /* 18 */
-  {8, -1, RT_SPACE_DEVICE, 0, 16, 1024}, /* 19 */
-  {15, -1, RT_SPACE_DEVICE, 0, 16, 2048}, /* 20 */
+  {3, -1, RT_SPACE_DEVICE, 1, 48, 1024}, /* 3 */
+  {4, -1, RT_SPACE_DEVICE, 1, 64, 768}, /* 4 */
+  {5, -1, RT_SPACE_DEVICE, 1, 48, 1280}, /* 5 */
+  {6, -1, RT_SPACE_DEVICE, 1, 64, 256}, /* 6 */
+  {7, -1, RT_SPACE_DEVICE, 1, 64, 512}, /* 7 */
+  {8, -1, RT_SPACE_DEVICE, 0, 16, 768}, /* 8 */
+  {9, -1, RT_SPACE_DEVICE, 0, 16, 2048}, /* 9 */
+  {10, -1, RT_SPACE_DEVICE, 0, 24, 768}, /* 10 */
+  {11, -1, RT_SPACE_DEVICE, 0, 4, 2816}, /* 11 */
+  {12, -1, RT_SPACE_DEVICE, 0, 8, 1280}, /* 12 */
+  {10, -1, RT_SPACE_DEVICE, 0, 24, 768}, /* 13 */
+  {11, -1, RT_SPACE_DEVICE, 0, 4, 1792}, /* 14 */
+  {12, -1, RT_SPACE_DEVICE, 0, 8, 1280}, /* 15 */
+  {13, -1, RT_SPACE_DEVICE, 0, 24, 1792}, /* 16 */
+  {14, -1, RT_SPACE_DEVICE, 0, 16, 2304}, /* 17 */
+  {-1, 5, RT_SPACE_DEVICE, 0, 64, 768}, /* 18 */
+  {8, -1, RT_SPACE_DEVICE, 0, 16, 768}, /* 19 */
+  {15, -1, RT_SPACE_DEVICE, 0, 16, 1792}, /* 20 */
 };
 
 /* per op: input tensors, then output tensors */
@@ -165,11 +167,11 @@ static const int32_t step_io[45] = {
   9, 3, 13, /* 4 */
   13, 1, 14, 15, /* 5 */
   13, 15, 1, 16, /* 6 */
-  16, 9, 3, 17, 5, /* 7 */
-  0, 2, 19, /* 8 */
-  17, 19, 20, /* 9 */
-  20, 0, 2, 4, /* 10 */
-  2, 4, 6, 7, 2, 6, 7, /* 11 */
+  16, 9, 3, 17, 5, /* 8 */
+  0, 2, 19, /* 9 */
+  17, 19, 20, /* 10 */
+  20, 0, 2, 4, /* 12 */
+  2, 4, 6, 7, 2, 6, 7, /* 13 */
 };
 
 /* steps each waits for (on other streams) */
@@ -178,7 +180,7 @@ static const int32_t waits[1] = {
 };
 
 /* kind, stream, op, recompute, io0, workspace, from, to, wait0, nwait, event */
-static const rt_SchedStep steps[12] = {
+static const rt_SchedStep steps[14] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 0, 0, -1, -1, -1, 0, 0, -1}, /* 0 compute fc1 in 0,2 out 8 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 0, 3, -1, -1, -1, 0, 0, -1}, /* 1 compute act in 8 out 9 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 0, 5, -1, -1, -1, 0, 0, -1}, /* 2 compute fc2 in 9,3 out 10 */
@@ -186,11 +188,13 @@ static const rt_SchedStep steps[12] = {
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 1, 12, -1, -1, -1, 0, 0, -1}, /* 4 recompute fc2 in 9,3 out 13 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 3, 1, 15, -1, -1, -1, 0, 0, -1}, /* 5 recompute loss in 13,1 out 14,15 */
   {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 4, 0, 19, -1, -1, -1, 0, 0, -1}, /* 6 compute loss_bw in 13,15,1 out 16 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 5, 0, 23, 18, -1, -1, 0, 0, -1}, /* 7 compute fc2_bw in 16,9,3 out 17,5 ws 18 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 1, 28, -1, -1, -1, 0, 0, -1}, /* 8 recompute fc1 in 0,2 out 19 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 6, 0, 31, -1, -1, -1, 0, 0, -1}, /* 9 compute act_bw in 17,19 out 20 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 7, 0, 34, -1, -1, -1, 0, 0, -1}, /* 10 compute fc1_bw in 20,0,2 out 4 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 8, 0, 38, -1, -1, -1, 0, 0, -1}, /* 11 compute opt in 2,4,6,7 out 2,6,7 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 5, 0, 0, -1}, /* 7 zero 5 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 5, 0, 23, 18, -1, -1, 0, 0, -1}, /* 8 compute fc2_bw in 16,9,3 out 17,5 ws 18 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 1, 28, -1, -1, -1, 0, 0, -1}, /* 9 recompute fc1 in 0,2 out 19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 6, 0, 31, -1, -1, -1, 0, 0, -1}, /* 10 compute act_bw in 17,19 out 20 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 4, 0, 0, -1}, /* 11 zero 4 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 7, 0, 34, -1, -1, -1, 0, 0, -1}, /* 12 compute fc1_bw in 20,0,2 out 4 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 8, 0, 38, -1, -1, -1, 0, 0, -1}, /* 13 compute opt in 2,4,6,7 out 2,6,7 */
 };
 
 static const rt_Schedule schedule = {
@@ -199,7 +203,7 @@ static const rt_Schedule schedule = {
   "9c132312df0ec9d9583433318e2ac42adcfa2c2475c838d5572b1bb06e1451ea",
   "cpu", "sqrt-n", "not_used",
   0, 1.3634e-05,
-  8589934592, 3076, 0, 256, 516,
+  8589934592, 2820, 0, 256, 452,
   RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 0,
   tensors, buffers, ops, op_io, attrs, steps, step_io, waits,
   RT_SCHED_LEN(op_io), RT_SCHED_LEN(attrs), RT_SCHED_LEN(step_io), 0
