@@ -222,6 +222,11 @@ typedef struct Device {
    * backend, whose copy threads compete with compute for the cores
    * (a profile's "copy_compute_share"). */
   double copy_compute_share;
+  /* Host compute (an optimizer update run on the host): the host's memory
+   * bandwidth in GB/s and its cores; 0 where the profile gives none, and
+   * then nothing runs on the host. */
+  double host_memory_gbps;
+  int host_cores;
 } Device;
 
 Device *device_load(const char *path, Err *e);
@@ -234,6 +239,10 @@ void device_free(Device *d);
 double cost_op_seconds(const Graph *g, const Device *d, int op);
 double cost_d2h_seconds(const Device *d, int64_t bytes);
 double cost_h2d_seconds(const Device *d, int64_t bytes);
+/* Seconds an op takes run on the host: its bytes over host_memory_gbps
+ * (an optimizer update streams its state once and is memory-bound on any
+ * number of cores); -1 on a device without host compute. */
+double cost_host_op_seconds(const Graph *g, const Device *d, int op);
 /* Overrides op times with a ration-costs/1 file ({"ops": {"name": us}}) and,
  * when d is given, the device's copy figures with the file's optional
  * measured "d2h_gbps", "h2d_gbps", "copy_compute_share". */
