@@ -177,6 +177,8 @@ static const char *step_kind_macro(StepKind k) {
   case STEP_OFFLOAD_WAIT: return "RT_STEP_OFFLOAD_WAIT";
   case STEP_PREFETCH: return "RT_STEP_PREFETCH";
   case STEP_PREFETCH_WAIT: return "RT_STEP_PREFETCH_WAIT";
+  case STEP_HOST_COMPUTE:
+  case STEP_HOST_WAIT: break; /* refused by emit_one */
   }
   return "?";
 }
@@ -205,6 +207,8 @@ static void put_step_comment(Buf *b, const Plan *p, const Graph *g, int s) {
   case STEP_OFFLOAD_WAIT: buf_printf(b, "offload_wait %d", st->from); break;
   case STEP_PREFETCH: buf_printf(b, "prefetch %d -> %d", st->from, st->to); break;
   case STEP_PREFETCH_WAIT: buf_printf(b, "prefetch_wait %d", st->to); break;
+  case STEP_HOST_COMPUTE:
+  case STEP_HOST_WAIT: break; /* refused by emit_one */
   }
   buf_printf(b, " */\n");
 }
@@ -529,6 +533,12 @@ static const char *base_name(const char *path) {
 
 /* Source (which = 0) or header text for OUT. */
 static int emit_one(const Plan *p, const Graph *g, const char *out, int which, Buf *b, Err *e) {
+  /* Schedule ABI 3 has no host stream: such a plan is read, written as
+   * ration-plan/1 and simulated, not emitted (docs/PLANNING.md 1.3). */
+  for (int s = 0; s < p->nsteps; s++)
+    if (p->steps[s].kind == STEP_HOST_COMPUTE)
+      return err_set(e, "%s: the plan runs \"%s\" on the host, which schedule ABI 3 and libration cannot run yet",
+                      out, g->ops[p->steps[s].op].name);
   int rc = which == 0 ? emit_c_source(p, g, base_name(out), b, e) : emit_c_header(p, g, base_name(out), b, e);
   if (rc == 0 && b->failed) rc = err_set(e, "%s: out of memory", out);
   return rc;

@@ -24,11 +24,6 @@ static void emit_ids(Buf *out, const int *ids, int n) {
   buf_printf(out, "]");
 }
 
-static const char *step_kind_name(StepKind k) {
-  static const char *names[] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait"};
-  return names[k];
-}
-
 int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
   buf_printf(out, "{\n  \"format\": \"ration-plan/1\",\n  \"graph\": {\"name\": ");
   emit_json_string(out, p->graph_name);
@@ -85,7 +80,7 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
   buf_printf(out, "\n  ],\n  \"steps\": [");
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];
-    buf_printf(out, "%s\n    {\"do\": \"%s\"", s ? "," : "", step_kind_name(st->kind));
+    buf_printf(out, "%s\n    {\"do\": \"%s\"", s ? "," : "", plan_step_kind_name(st->kind));
     switch (st->kind) {
     case STEP_COMPUTE: {
       const Op *o = &g->ops[st->op];
@@ -102,6 +97,18 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
     case STEP_PREFETCH: buf_printf(out, ", \"from\": %d, \"to\": %d", st->from, st->to); break;
     case STEP_OFFLOAD_WAIT: buf_printf(out, ", \"from\": %d", st->from); break;
     case STEP_PREFETCH_WAIT: buf_printf(out, ", \"to\": %d", st->to); break;
+    case STEP_HOST_COMPUTE:
+      buf_printf(out, ", \"op\": ");
+      emit_json_string(out, g->ops[st->op].name);
+      buf_printf(out, ", \"inputs\": ");
+      emit_ids(out, st->inputs, g->ops[st->op].ninputs);
+      buf_printf(out, ", \"outputs\": ");
+      emit_ids(out, st->outputs, g->ops[st->op].noutputs);
+      break;
+    case STEP_HOST_WAIT:
+      buf_printf(out, ", \"op\": ");
+      emit_json_string(out, g->ops[st->op].name);
+      break;
     }
     buf_printf(out, "}");
   }

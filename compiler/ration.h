@@ -256,10 +256,18 @@ int cost_load_profile(Graph *g, Device *d, const char *path, Err *e);
  * and, when the step writes it, copied back after its last write) and a
  * param read in the forward and again after it may also drop that copy
  * between the two (DEC_HOST_REFETCH: prefetched again for its backward
- * use). DEC_NONE on a resident tensor: on the device for the whole step. */
-typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE, DEC_HOST, DEC_HOST_REFETCH } Decision;
+ * use). DEC_NONE on a resident tensor: on the device for the whole step.
+ * DEC_HOST_OPTIMIZER on a grad: the optimizer op that reads it runs on the
+ * host (its other operands host-homed), the grad's home is a host buffer
+ * its device buffer is copied to after its last accumulation
+ * (docs/PLANNING.md 1.3). */
+typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE, DEC_HOST, DEC_HOST_REFETCH, DEC_HOST_OPTIMIZER } Decision;
 typedef enum { SPACE_DEVICE, SPACE_HOST } Space;
-typedef enum { STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT } StepKind;
+/* STEP_HOST_COMPUTE runs an op on the host stream over host buffers;
+ * STEP_HOST_WAIT makes the compute stream wait for it. */
+typedef enum {
+  STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_HOST_COMPUTE, STEP_HOST_WAIT
+} StepKind;
 
 typedef struct Buffer {
   int tensor;       /* -1 for workspace */
@@ -275,9 +283,9 @@ typedef struct Buffer {
 
 typedef struct Step {
   StepKind kind;
-  int op;         /* compute */
+  int op;         /* compute, host_compute, host_compute_wait */
   bool recompute; /* compute */
-  int *inputs, *outputs; /* compute: buffer ids, op order */
+  int *inputs, *outputs; /* compute, host_compute: buffer ids, op order */
   int workspace;  /* compute: buffer id or -1 */
   int from, to;   /* copies: buffer ids (from/to as in the JSON) */
 } Step;
@@ -322,10 +330,20 @@ void plan_free(Plan *p);
 int plan_add_buffer(Plan *p, int tensor, int workspace_of, int64_t bytes, Space space);
 Step *plan_add_step(Plan *p, StepKind kind);
 const char *plan_decision_name(Decision d);
+/* A step kind's "do" in ration-plan/1; NULL past the last kind. */
+const char *plan_step_kind_name(int kind);
 /* Whether resident tensor t may take decision d: DEC_NONE always; DEC_HOST
  * for params and optimizer state; DEC_HOST_REFETCH for params read in the
  * forward and used after it, never written in the forward. */
 bool plan_home_allowed(const Graph *g, int t, Decision d);
+/* The optimizer op that may run on the host with grad t (decision
+ * DEC_HOST_OPTIMIZER), or -1: t is a grad read by exactly one op, an
+ * optimizer op whose other operands are params and optimizer state that
+ * no later op touches. */
+int plan_host_optimizer_op(const Graph *g, int t);
+/* Whether dec runs op on the host: an input of it is a grad decided
+ * DEC_HOST_OPTIMIZER. */
+bool plan_op_on_host(const Graph *g, const Decision *dec, int op);
 /* Marks each resident tensor's home: its host buffer flagged home, else its
  * first device buffer (ration-plan/1 files before "home" name none). */
 void plan_mark_homes(Plan *p, const Graph *g);
@@ -369,6 +387,7 @@ typedef struct SimResult {
   int peak_step;
   int64_t peak_host_bytes;
   double step_seconds, compute_seconds, recompute_seconds, stall_seconds;
+  double host_seconds; /* the host stream's busy time (ops run on the host) */
   int64_t *live_bytes; /* per step, nsteps entries; NULL unless asked */
   int nsteps;
 } SimResult;
