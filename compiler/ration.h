@@ -740,7 +740,7 @@ void fit_csv(const FitResult *r, const FitOptions *o, Buf *out);
 
 /* Cross-stream waits of a plan, derived once (sync.c) and emitted into the
  * schedule tables; every backend honours exactly these. */
-enum { SYNC_COMPUTE, SYNC_D2H, SYNC_H2D, SYNC_STREAMS };
+enum { SYNC_COMPUTE, SYNC_D2H, SYNC_H2D, SYNC_HOST, SYNC_STREAMS };
 typedef struct SyncTable {
   int nsteps, nwaits, nevents;
   int *stream;     /* per step: SYNC_* */

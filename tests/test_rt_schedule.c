@@ -178,8 +178,8 @@ static void corrupt_steps(Tally *t, SchedText *x) {
     rt_SchedStep *r = &x->steps[i];
     bool compute = r->kind == RT_STEP_COMPUTE;
     snprintf(w, sizeof w, "steps[%d]", i);
-    BAD(t, w, r->kind, -1, 5, INT32_MAX);
-    BAD(t, w, r->stream, -1, 3);
+    BAD(t, w, r->kind, -1, 7, INT32_MAX);
+    BAD(t, w, r->stream, -1, 4, r->stream == RT_STREAM_HOST ? RT_STREAM_COMPUTE : RT_STREAM_HOST);
     BAD(t, w, r->op, -2, s->nops, INT32_MIN);
     BAD(t, w, r->recompute, -1, 2);
     BAD(t, w, r->io0, -2, s->nstep_io, INT32_MAX);

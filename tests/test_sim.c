@@ -9,7 +9,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 /* x, w, gw: 16 B each, resident. a1 32 B, a2 64 B stashed; loss an output. */
 static const char *tiny_graph =
@@ -228,10 +227,13 @@ int main(void) {
       plan_free(q);
       buf_free(&a);
       buf_free(&b);
-      /* Schedule ABI 3 has no host stream: emitting C is refused, nothing written. */
-      const char *out = "/tmp/ration-test-sim-host-op";
-      T_CHECK(emit_c_write(p, g, out, NULL, 0, &e) != 0 && strstr(e.msg, "runs \"opt\" on the host"));
-      T_CHECK(access("/tmp/ration-test-sim-host-op.sched.c", F_OK) != 0);
+      /* Schedule ABI 4: opt on the host stream after the compute stream
+       * reached it and gw's copy landed; the compute stream waits for it. */
+      Buf c = {0};
+      T_CHECKF(emit_c_source(p, g, "h", &c, &e) == 0, "%s", e.msg);
+      T_CHECK(c.data && strstr(c.data, "{RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 6, 0, ") &&
+              strstr(c.data, "{RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 6, 0, -1, -1, -1, -1, "));
+      buf_free(&c);
     }
     plan_free(p);
   }
