@@ -196,6 +196,12 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
         if (j != i && cand[j] != c && t->stream[cand[j]] != x && clock[cand[j]][y] >= c) implied = true;
       if (!implied) cand[kept++] = c;
     }
+    /* A host wait names the step it waits for (rt_open checks), implied or not. */
+    if (st->kind == STEP_HOST_WAIT && host_of[st->op] >= 0) {
+      bool named = false;
+      for (int i = 0; i < kept; i++) named |= cand[i] == host_of[st->op];
+      if (!named) cand[kept++] = host_of[st->op];
+    }
     qsort(cand, (size_t)kept, sizeof *cand, cmp_int);
     if (t->nwaits + kept > wcap) {
       wcap = (t->nwaits + kept) * 2 + 16;

@@ -342,10 +342,17 @@ static int check_steps(rt_Session *s) {
     switch (st->kind) {
     case RT_STEP_COMPUTE:
     case RT_STEP_HOST_COMPUTE: rc = check_compute_step(s, i); break;
-    case RT_STEP_HOST_WAIT:
-      if (st->op < 0 || st->op >= c->nops || st->stream != RT_STREAM_COMPUTE || st->from != -1 || st->to != -1)
+    case RT_STEP_HOST_WAIT: {
+      /* It waits for the host_compute step of its op. */
+      bool waits_op = false;
+      for (int k = 0; k < st->nwait; k++) {
+        const rt_SchedStep *w = &c->steps[c->waits[st->wait0 + k]];
+        waits_op |= w->kind == RT_STEP_HOST_COMPUTE && w->op == st->op;
+      }
+      if (st->op < 0 || st->op >= c->nops || !waits_op || st->from != -1 || st->to != -1)
         rc = fail(s, RT_ESCHEDULE, "step %d: bad host_compute_wait", i);
       break;
+    }
     case RT_STEP_OFFLOAD:
     case RT_STEP_PREFETCH: {
       bool off = st->kind == RT_STEP_OFFLOAD;
