@@ -15,6 +15,10 @@
  * their own streams, so their launch cost overlaps compute and is left out,
  * except where a profile measured that it does not (copy_compute_share: the
  * CPU backend's copy threads take cores from compute), see sim.c.
+ * Host op time (an op the plan runs on the host), in seconds:
+ *   bytes / (host_memory_gbps * 1e9); a measured time_us is the device's
+ *   and plays no part. An optimizer update does a few flops per byte it
+ *   streams, so the host's cores (host_cores) are not its limit.
  * Measured times come from the graph or a ration-costs/1 profile
  * (profile.c).
  */
@@ -43,3 +47,8 @@ double cost_op_seconds(const Graph *g, const Device *d, int op) {
 double cost_d2h_seconds(const Device *d, int64_t bytes) { return (double)bytes / (d->d2h_gbps * 1e9); }
 
 double cost_h2d_seconds(const Device *d, int64_t bytes) { return (double)bytes / (d->h2d_gbps * 1e9); }
+
+double cost_host_op_seconds(const Graph *g, const Device *d, int op) {
+  if (!(d->host_memory_gbps > 0)) return -1;
+  return g->ops[op].bytes / (d->host_memory_gbps * 1e9);
+}

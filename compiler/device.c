@@ -10,8 +10,10 @@
  * the whole run, the CUDA backend's cuBLASLt workspace; planned as a
  * resident tensor, graph_add_runtime_tensor), unified_memory (false: true
  * where device and host are the same memory, so the budget counts both
- * arenas, plan_fits), source (datasheet provenance,
- * ignored). Other keys are ignored so that profiles can carry notes.
+ * arenas, plan_fits), host_memory_gbps and host_cores (0: absent, no host
+ * compute: the host's memory bandwidth that prices an op run on the host,
+ * cost_host_op_seconds, and the cores that reach it), source (datasheet
+ * provenance, ignored). Other keys are ignored so that profiles can carry notes.
  */
 #include "ration.h"
 
@@ -40,6 +42,22 @@ static int opt_size(const char *file, const cJSON *root, const char *key, int64_
   const cJSON *it = json_get(root, key);
   *out = 0;
   return it ? json_size(file, &p, it, out, e) : 0;
+}
+
+/* The optional host compute figures: both or neither, each > 0, the cores
+ * a whole number. */
+static int host_compute(Device *d, const char *file, const cJSON *root, Err *e) {
+  const cJSON *bw = json_get(root, "host_memory_gbps"), *cores = json_get(root, "host_cores");
+  if (!bw && !cores) return 0;
+  JsonPath pb = {NULL, "host_memory_gbps", 0}, pc = {NULL, "host_cores", 0};
+  if (!bw) return json_err(e, file, &pb, "missing (host_cores needs it)");
+  if (!cores) return json_err(e, file, &pc, "missing (host_memory_gbps needs it)");
+  if (rate(file, root, "host_memory_gbps", &d->host_memory_gbps, e)) return -1;
+  int64_t n;
+  if (json_int(file, &pc, cores, 1, &n, e)) return -1;
+  if (n > 1 << 20) return json_err(e, file, &pc, "must be at most 1048576");
+  d->host_cores = (int)n;
+  return 0;
 }
 
 static int parse_device(Device *d, const char *file, const cJSON *root, Err *e) {
@@ -91,7 +109,7 @@ static int parse_device(Device *d, const char *file, const cJSON *root, Err *e) 
   const cJSON *launch = json_get(root, "launch_us");
   JsonPath pl = {NULL, "launch_us", 0};
   if (launch && json_nonneg(file, &pl, launch, &d->launch_us, e)) return -1;
-  return 0;
+  return host_compute(d, file, root, e);
 }
 
 Device *device_parse(const char *path, const char *text, size_t len, Err *e) {

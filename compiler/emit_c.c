@@ -18,14 +18,17 @@
 static const char abi_block[] =
     "/* RATION-SCHED-ABI-BEGIN */\n"
     "#ifndef RATION_SCHED_ABI\n"
-    "#define RATION_SCHED_ABI 3\n"
+    "#define RATION_SCHED_ABI 4\n"
     "enum { RT_SCHED_MAX_RANK = 8 };\n"
     "enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };\n"
     "/* RT_STEP_ZERO (to): fill a grad's device home with zeros before its\n"
     " * first use; a grad without one is zeroed at the step's start. */\n"
     "enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,\n"
-    "       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };\n"
-    "enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };\n"
+    "       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5,\n"
+    "       RT_STEP_HOST_COMPUTE = 6, RT_STEP_HOST_WAIT = 7 };\n"
+    "/* ABI 4: RT_STREAM_HOST runs host_compute steps (an op over host\n"
+    " * buffers, io0 as a compute step's) on the host. */\n"
+    "enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2, RT_STREAM_HOST = 3 };\n"
     "/* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;\n"
     " * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */\n"
     "typedef struct rt_SchedTensor {\n"
@@ -172,6 +175,9 @@ int emit_c_header(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   return 0;
 }
 
+/* Steps whose operands are in step_io: compute and host_compute. */
+static bool step_has_io(const Step *st) { return st->kind == STEP_COMPUTE || st->kind == STEP_HOST_COMPUTE; }
+
 static const char *step_kind_macro(StepKind k) {
   switch (k) {
   case STEP_COMPUTE: return "RT_STEP_COMPUTE";
@@ -180,13 +186,18 @@ static const char *step_kind_macro(StepKind k) {
   case STEP_PREFETCH: return "RT_STEP_PREFETCH";
   case STEP_PREFETCH_WAIT: return "RT_STEP_PREFETCH_WAIT";
   case STEP_ZERO: return "RT_STEP_ZERO";
+  case STEP_HOST_COMPUTE: return "RT_STEP_HOST_COMPUTE";
+  case STEP_HOST_WAIT: return "RT_STEP_HOST_WAIT";
   case STEP_KIND_COUNT: break;
   }
   return "?";
 }
 
 static const char *stream_macro(int s) {
-  return s == SYNC_D2H ? "RT_STREAM_D2H" : s == SYNC_H2D ? "RT_STREAM_H2D" : "RT_STREAM_COMPUTE";
+  return s == SYNC_D2H    ? "RT_STREAM_D2H"
+         : s == SYNC_H2D  ? "RT_STREAM_H2D"
+         : s == SYNC_HOST ? "RT_STREAM_HOST"
+                          : "RT_STREAM_COMPUTE";
 }
 
 /* The step's comment: what --check prints when this step changed. */
@@ -194,9 +205,10 @@ static void put_step_comment(Buf *b, const Plan *p, const Graph *g, int s) {
   const Step *st = &p->steps[s];
   buf_printf(b, " /* %d ", s);
   switch (st->kind) {
-  case STEP_COMPUTE: {
+  case STEP_COMPUTE:
+  case STEP_HOST_COMPUTE: {
     const Op *op = &g->ops[st->op];
-    buf_printf(b, "%s ", st->recompute ? "recompute" : "compute");
+    buf_printf(b, "%s ", st->kind == STEP_HOST_COMPUTE ? "host_compute" : st->recompute ? "recompute" : "compute");
     put_comment_text(b, op->name);
     buf_printf(b, " in");
     for (int i = 0; i < op->ninputs; i++) buf_printf(b, "%s%d", i ? "," : " ", st->inputs[i]);
@@ -210,6 +222,10 @@ static void put_step_comment(Buf *b, const Plan *p, const Graph *g, int s) {
   case STEP_PREFETCH: buf_printf(b, "prefetch %d -> %d", st->from, st->to); break;
   case STEP_PREFETCH_WAIT: buf_printf(b, "prefetch_wait %d", st->to); break;
   case STEP_ZERO: buf_printf(b, "zero %d", st->to); break;
+  case STEP_HOST_WAIT:
+    buf_printf(b, "host_compute_wait ");
+    put_comment_text(b, g->ops[st->op].name);
+    break;
   case STEP_KIND_COUNT: break;
   }
   buf_printf(b, " */\n");
@@ -231,7 +247,7 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   int64_t nio64 = 0, nsio64 = 0;
   for (int i = 0; i < g->nops; i++) nio64 += (int64_t)g->ops[i].ninputs + g->ops[i].noutputs + g->ops[i].nattrs;
   for (int s = 0; s < p->nsteps; s++)
-    if (p->steps[s].kind == STEP_COMPUTE) nsio64 += (int64_t)g->ops[p->steps[s].op].ninputs + g->ops[p->steps[s].op].noutputs;
+    if (step_has_io(&p->steps[s])) nsio64 += (int64_t)g->ops[p->steps[s].op].ninputs + g->ops[p->steps[s].op].noutputs;
   if (nio64 > INT32_MAX || nsio64 > INT32_MAX)
     return err_set(e, "%s: the schedule's tables need more than 2^31 entries (the runtime's limit)", file);
   SyncTable sy;
@@ -322,12 +338,12 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
 
   int nsio = 0;
   for (int s = 0; s < p->nsteps; s++)
-    if (p->steps[s].kind == STEP_COMPUTE) nsio += g->ops[p->steps[s].op].ninputs + g->ops[p->steps[s].op].noutputs;
+    if (step_has_io(&p->steps[s])) nsio += g->ops[p->steps[s].op].ninputs + g->ops[p->steps[s].op].noutputs;
   buf_printf(out, "/* per compute step: input buffers, then output buffers */\n");
   buf_printf(out, "static const int32_t step_io[%d] = {\n", nsio > 0 ? nsio : 1);
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];
-    if (st->kind != STEP_COMPUTE) continue;
+    if (!step_has_io(st)) continue;
     const Op *op = &g->ops[st->op];
     if (op->ninputs + op->noutputs == 0) continue;
     buf_printf(out, " ");
@@ -354,13 +370,13 @@ int emit_c_source(const Plan *p, const Graph *g, const char *name, Buf *out, Err
   nsio = 0;
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];
-    bool c = st->kind == STEP_COMPUTE;
+    bool c = st->kind == STEP_COMPUTE, io = step_has_io(st), op = io || st->kind == STEP_HOST_WAIT;
     buf_printf(out, "  {%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d},", step_kind_macro(st->kind),
-               stream_macro(sy.stream[s]), c ? st->op : -1, c && st->recompute ? 1 : 0, c ? nsio : -1,
-               c ? st->workspace : -1, c ? -1 : st->from, c ? -1 : st->to, sy.wait_start[s],
+               stream_macro(sy.stream[s]), op ? st->op : -1, c && st->recompute ? 1 : 0, io ? nsio : -1,
+               c ? st->workspace : -1, op ? -1 : st->from, op ? -1 : st->to, sy.wait_start[s],
                sy.wait_start[s + 1] - sy.wait_start[s], sy.event[s]);
     put_step_comment(out, p, g, s);
-    if (c) nsio += g->ops[st->op].ninputs + g->ops[st->op].noutputs;
+    if (io) nsio += g->ops[st->op].ninputs + g->ops[st->op].noutputs;
   }
   if (p->nsteps == 0) buf_printf(out, "  {0, 0, -1, 0, -1, -1, -1, -1, 0, 0, -1} /* none */\n");
   buf_printf(out, "};\n\n");

@@ -98,6 +98,18 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
     case STEP_OFFLOAD_WAIT: buf_printf(out, ", \"from\": %d", st->from); break;
     case STEP_PREFETCH_WAIT:
     case STEP_ZERO: buf_printf(out, ", \"to\": %d", st->to); break;
+    case STEP_HOST_COMPUTE:
+      buf_printf(out, ", \"op\": ");
+      emit_json_string(out, g->ops[st->op].name);
+      buf_printf(out, ", \"inputs\": ");
+      emit_ids(out, st->inputs, g->ops[st->op].ninputs);
+      buf_printf(out, ", \"outputs\": ");
+      emit_ids(out, st->outputs, g->ops[st->op].noutputs);
+      break;
+    case STEP_HOST_WAIT:
+      buf_printf(out, ", \"op\": ");
+      emit_json_string(out, g->ops[st->op].name);
+      break;
     case STEP_KIND_COUNT: break;
     }
     buf_printf(out, "}");

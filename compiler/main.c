@@ -161,11 +161,12 @@ static void dump_plan(const Plan *p, const Graph *g) {
   say(stderr, "== steps (%d) and buffers (%d)\n", p->nsteps, p->nbuffers);
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];
-    if (st->kind == STEP_COMPUTE)
-      say(stderr, "  %5d %-13s %s%s\n", s, plan_step_kind_name(st->kind), g->ops[st->op].name, st->recompute ? " (recompute)" : "");
+    if (st->op >= 0)
+      say(stderr, "  %5d %-17s %s%s\n", s, plan_step_kind_name(st->kind), g->ops[st->op].name,
+          st->recompute ? " (recompute)" : "");
     else {
       int b = st->kind == STEP_PREFETCH_WAIT || st->kind == STEP_ZERO ? st->to : st->from;
-      say(stderr, "  %5d %-13s %s\n", s, plan_step_kind_name(st->kind), g->tensors[p->buffers[b].tensor].name);
+      say(stderr, "  %5d %-17s %s\n", s, plan_step_kind_name(st->kind), g->tensors[p->buffers[b].tensor].name);
     }
   }
   say(stderr, "== layout: arena %" PRId64 " bytes, host %" PRId64 " bytes\n", p->arena_bytes, p->host_bytes);
@@ -495,8 +496,9 @@ static int cmd_simulate(int argc, char **argv) {
     for (int s = 0; s < p->nsteps; s++) {
       const Step *st = &p->steps[s];
       int b = st->kind == STEP_PREFETCH_WAIT || st->kind == STEP_ZERO ? st->to : st->from;
-      const char *what = st->kind == STEP_COMPUTE ? g->ops[st->op].name : g->tensors[p->buffers[b].tensor].name;
-      say(stdout, "%d\t%s%s\t%s\t%" PRId64 "\n", s, plan_step_kind_name(st->kind), st->recompute ? "(re)" : "", what, r.live_bytes[s]);
+      const char *what = st->op >= 0 ? g->ops[st->op].name : g->tensors[p->buffers[b].tensor].name;
+      say(stdout, "%d\t%s%s\t%s\t%" PRId64 "\n", s, plan_step_kind_name(st->kind), st->recompute ? "(re)" : "", what,
+          r.live_bytes[s]);
     }
   }
   say(stdout, "valid: %d steps, %d buffers\n", p->nsteps, p->nbuffers);

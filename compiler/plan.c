@@ -73,7 +73,8 @@ Step *plan_add_step(Plan *p, StepKind kind) {
 }
 
 const char *plan_step_kind_name(StepKind k) {
-  static const char *const names[STEP_KIND_COUNT] = {"compute", "offload", "offload_wait", "prefetch", "prefetch_wait", "zero"};
+  static const char *const names[STEP_KIND_COUNT] = {"compute",       "offload", "offload_wait",      "prefetch",
+                                                     "prefetch_wait", "zero",    "host_compute", "host_compute_wait"};
   return k >= 0 && k < STEP_KIND_COUNT ? names[k] : "?";
 }
 
@@ -84,6 +85,7 @@ const char *plan_decision_name(Decision d) {
   case DEC_OFFLOAD: return "offload";
   case DEC_HOST: return "host";
   case DEC_HOST_REFETCH: return "host-refetch";
+  case DEC_HOST_OPTIMIZER: return "host-optimizer";
   default: return "none";
   }
 }
@@ -92,6 +94,7 @@ bool plan_home_allowed(const Graph *g, int t, Decision d) {
   const Tensor *x = &g->tensors[t];
   if (!graph_is_resident(x)) return false;
   if (d == DEC_NONE) return true;
+  if (d == DEC_HOST_OPTIMIZER) return plan_host_optimizer_op(g, t) >= 0;
   if (x->kind != KIND_PARAM && x->kind != KIND_OPTSTATE) return false;
   if (d == DEC_HOST) return true;
   if (d != DEC_HOST_REFETCH || x->kind != KIND_PARAM || x->last_fwd_read < 0) return false;
@@ -106,6 +109,38 @@ bool plan_home_allowed(const Graph *g, int t, Decision d) {
       used_after = o->phase != PHASE_FORWARD && (k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs]) == t;
   }
   return used_after;
+}
+
+int plan_host_optimizer_op(const Graph *g, int t) {
+  if (g->tensors[t].kind != KIND_GRAD) return -1;
+  int op = -1;
+  for (int i = 0; i < g->nops; i++) {
+    const Op *o = &g->ops[i];
+    bool reads = false;
+    for (int k = 0; k < o->ninputs; k++) reads |= o->inputs[k] == t;
+    if (reads && (op >= 0 || o->phase != PHASE_OPTIMIZER)) return -1;
+    if (reads) op = i;
+  }
+  if (op < 0) return -1;
+  const Op *o = &g->ops[op];
+  for (int k = 0; k < o->ninputs + o->noutputs; k++) {
+    int x = k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs];
+    if (x != t && !plan_home_allowed(g, x, DEC_HOST)) return -1;
+    /* Nothing after it reads or writes its operands on the device (an EMA
+     * reads the param after its AdamW). */
+    for (int i = op + 1; i < g->nops; i++)
+      for (int j = 0; j < g->ops[i].ninputs + g->ops[i].noutputs; j++)
+        if ((j < g->ops[i].ninputs ? g->ops[i].inputs[j] : g->ops[i].outputs[j - g->ops[i].ninputs]) == x) return -1;
+  }
+  return op;
+}
+
+bool plan_op_on_host(const Graph *g, const Decision *dec, int op) {
+  const Op *o = &g->ops[op];
+  if (o->phase != PHASE_OPTIMIZER) return false;
+  for (int k = 0; k < o->ninputs; k++)
+    if (g->tensors[o->inputs[k]].kind == KIND_GRAD && dec[o->inputs[k]] == DEC_HOST_OPTIMIZER) return true;
+  return false;
 }
 
 void plan_mark_homes(Plan *p, const Graph *g) {
@@ -138,6 +173,23 @@ int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e) {
   return 0;
 }
 
+/* A host optimizer needs its other operands host-homed and a device that
+ * prices host compute; -1 with e set where grad t's decision lacks them. */
+static int plan_host_optimizer_unmet(const Graph *g, const Device *d, const Decision *dec, int t, Err *e) {
+  if (dec[t] != DEC_HOST_OPTIMIZER) return 0;
+  if (!(d->host_memory_gbps > 0))
+    return err_set(e, "%s: tensors[%d]: \"%s\" cannot take decision host-optimizer: device %s gives no host compute "
+                      "(host_memory_gbps)", g->path, t, g->tensors[t].name, d->name);
+  const Op *o = &g->ops[plan_host_optimizer_op(g, t)];
+  for (int k = 0; k < o->ninputs; k++) {
+    int x = o->inputs[k];
+    if (x != t && dec[x] != DEC_HOST && dec[x] != DEC_HOST_REFETCH)
+      return err_set(e, "%s: tensors[%d]: \"%s\" cannot take decision host-optimizer: \"%s\", which \"%s\" updates, "
+                        "is not host-homed", g->path, t, g->tensors[t].name, g->tensors[x].name, o->name);
+  }
+  return 0;
+}
+
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e) {
   Plan *p = plan_new(g);
   if (!p) {
@@ -159,10 +211,12 @@ Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, 
   for (int t = 0; t < g->ntensors; t++) {
     /* Only a home decision means something for a resident tensor (a
      * vector filled with one stashed decision throughout says nothing). */
-    if (!graph_is_resident(&g->tensors[t]) || (dec[t] != DEC_HOST && dec[t] != DEC_HOST_REFETCH)) continue;
-    if (!plan_home_allowed(g, t, dec[t])) {
-      err_set(e, "%s: tensors[%d]: \"%s\" cannot take decision %s", g->path, t, g->tensors[t].name,
-              plan_decision_name(dec[t]));
+    if (!graph_is_resident(&g->tensors[t]) || (dec[t] != DEC_HOST && dec[t] != DEC_HOST_REFETCH && dec[t] != DEC_HOST_OPTIMIZER))
+      continue;
+    if (!plan_home_allowed(g, t, dec[t]) || plan_host_optimizer_unmet(g, d, dec, t, e)) {
+      if (!plan_home_allowed(g, t, dec[t]))
+        err_set(e, "%s: tensors[%d]: \"%s\" cannot take decision %s", g->path, t, g->tensors[t].name,
+                plan_decision_name(dec[t]));
       plan_free(p);
       return NULL;
     }
@@ -219,7 +273,7 @@ int64_t plan_host_bound(const Graph *g, const Decision *dec) {
     if (dec[g->stashed[i]] == DEC_OFFLOAD) sum += plan_host_share(g, g->stashed[i]);
   /* A host home is occupied for the whole step. */
   for (int t = 0; t < g->ntensors; t++)
-    if (graph_is_resident(&g->tensors[t]) && (dec[t] == DEC_HOST || dec[t] == DEC_HOST_REFETCH))
+    if (graph_is_resident(&g->tensors[t]) && (dec[t] == DEC_HOST || dec[t] == DEC_HOST_REFETCH || dec[t] == DEC_HOST_OPTIMIZER))
       sum += plan_host_share(g, t);
   return sum;
 }

@@ -8,6 +8,9 @@
  * free. Each candidate plan is built and judged by the simulator and the
  * layout, so the plan returned is exact; its choice is a rule, not yet
  * columns of the ilp (whose objective does not see the homes' copies).
+ * Each set of homes is tried with the optimizer on the device and, where
+ * the device gives host compute, with every optimizer op whose optimizer
+ * state is host-homed on the host: the simulator's faster step wins.
  */
 #include "ration.h"
 
@@ -37,6 +40,34 @@ static int home_candidates(const Graph *g, int *cand, Decision *how) {
   return n;
 }
 
+/* Moves the optimizer to the host wherever dec host-homes an optimizer
+ * op's optimizer state: the op's params host-homed too (host-refetch where
+ * allowed) and its grad decided host-optimizer. How many ops moved. */
+static int host_optimizer_all(const Graph *g, Decision *dec) {
+  int n = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    int op = plan_host_optimizer_op(g, t);
+    if (op < 0) continue;
+    const Op *o = &g->ops[op];
+    bool state_homed = true, has_state = false;
+    for (int k = 0; k < o->ninputs; k++) {
+      int x = o->inputs[k];
+      if (g->tensors[x].kind != KIND_OPTSTATE) continue;
+      has_state = true;
+      state_homed &= dec[x] == DEC_HOST;
+    }
+    if (!has_state || !state_homed) continue;
+    for (int k = 0; k < o->ninputs; k++) {
+      int x = o->inputs[k];
+      if (g->tensors[x].kind == KIND_PARAM && dec[x] != DEC_HOST && dec[x] != DEC_HOST_REFETCH)
+        dec[x] = plan_home_allowed(g, x, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
+    }
+    dec[t] = DEC_HOST_OPTIMIZER;
+    n++;
+  }
+  return n;
+}
+
 typedef struct Search {
   const Graph *g;
   const Device *d;
@@ -44,6 +75,7 @@ typedef struct Search {
   const int *cand;
   const Decision *how;
   Decision *act;    /* scratch: the ilp's decisions, then the homes */
+  Decision *alt;    /* scratch: act with the optimizer on the host */
   Decision *best;   /* the fastest fitting decisions so far */
   double best_step; /* its simulated step; < 0: none */
   SolverInfo si;    /* the ilp's run behind best */
@@ -51,10 +83,30 @@ typedef struct Search {
   int64_t last_budget, last_arena; /* a solve is not repeated */
 } Search;
 
+/* A plan from DEC that fits the budget and is faster than the best so far
+ * becomes the best; its arena, or -1 when there is no plan. */
+static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si) {
+  Err e = {{0}};
+  Plan *p = plan_from_decisions(s->g, s->d, dec, &e);
+  if (!p) return -1;
+  int64_t arena = p->arena_bytes;
+  if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
+    s->best_step = p->predicted.step_seconds;
+    memcpy(s->best, dec, (size_t)s->g->ntensors * sizeof *s->best);
+    s->si = *si;
+  }
+  plan_free(p);
+  return arena;
+}
+
 /* The ilp's activation decisions at ACT_BUDGET with the first K candidates
- * host-homed (their host bytes taken from host_memory), into s->act; the
- * plan's arena, or -1 when the ilp finds none there. A plan that fits the
- * budget and is faster than the best so far becomes the best. */
+ * host-homed (their host bytes taken from host_memory), into s->act, and
+ * on a device with host compute the same with every optimizer op whose
+ * optimizer state is host-homed run on the host, its params host-homed
+ * too (host_optimizer_all, docs/PLANNING.md 1.4): the
+ * smaller arena of the two plans, or -1 when the ilp finds none there.
+ * Either plan that fits the budget and is faster than the best so far
+ * becomes the best. */
 static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budget) {
   const Graph *g = s->g;
   if (k == s->last_k && act_budget == s->last_budget) return s->last_arena;
@@ -70,16 +122,13 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
   if (plan_decide_ilp(g, &dd, &po, s->act, &si, &e)) return -1;
   for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
-  Plan *p = plan_from_decisions(g, s->d, s->act, &e);
-  if (!p) return -1;
-  int64_t arena = s->last_arena = p->arena_bytes;
-  if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
-    s->best_step = p->predicted.step_seconds;
-    memcpy(s->best, s->act, (size_t)g->ntensors * sizeof *s->best);
-    s->si = si;
+  int64_t arena = consider(s, s->act, &si);
+  memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
+  if (arena >= 0 && s->d->host_memory_gbps > 0 && host_optimizer_all(g, s->alt) > 0) {
+    int64_t other = consider(s, s->alt, &si);
+    if (other >= 0 && other < arena) arena = other;
   }
-  plan_free(p);
-  return arena;
+  return s->last_arena = arena;
 }
 
 /* The first K candidates host-homed: the ilp is given the budget plus the
@@ -108,10 +157,11 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   int *cand = util_xcalloc((size_t)n + 1, sizeof *cand);
   Decision *how = util_xcalloc((size_t)n + 1, sizeof *how);
   s.act = util_xcalloc((size_t)n + 1, sizeof *s.act);
+  s.alt = util_xcalloc((size_t)n + 1, sizeof *s.alt);
   s.best = util_xcalloc((size_t)n + 1, sizeof *s.best);
   int64_t *bytes = util_xcalloc((size_t)n + 2, sizeof *bytes); /* bytes[k]: the first k candidates' host bytes */
   rc = -1;
-  if (!cand || !how || !s.act || !s.best || !bytes) {
+  if (!cand || !how || !s.act || !s.alt || !s.best || !bytes) {
     err_set(e, "%s: out of memory", g->path);
     goto out;
   }
@@ -152,6 +202,7 @@ out:
   free(cand);
   free(how);
   free(s.act);
+  free(s.alt);
   free(s.best);
   free(bytes);
   return rc;

@@ -132,14 +132,14 @@ static int parse_decisions(Ctx *c, const cJSON *root) {
     const char *s;
     if (json_string(c->file, &pk, it, &s, c->e)) return -1;
     Decision d = DEC_NONE;
-    static const Decision known[] = {DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_HOST, DEC_HOST_REFETCH};
+    static const Decision known[] = {DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_HOST, DEC_HOST_REFETCH, DEC_HOST_OPTIMIZER};
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (strcmp(s, plan_decision_name(known[k])) == 0) d = known[k];
     if (d == DEC_NONE)
-      return json_err(c->e, c->file, &pk, "unknown decision \"%s\" (expected keep recompute offload host host-refetch)", s);
+      return json_err(c->e, c->file, &pk, "unknown decision \"%s\" (expected keep recompute offload host host-refetch host-optimizer)", s);
     /* A resident tensor is kept on the device (keep, or no decision) or
      * host-homed; a stashed one is never host-homed. */
-    if (resident ? d != DEC_KEEP && !plan_home_allowed(c->g, t, d) : d == DEC_HOST || d == DEC_HOST_REFETCH)
+    if (resident ? d != DEC_KEEP && !plan_home_allowed(c->g, t, d) : d == DEC_HOST || d == DEC_HOST_REFETCH || d == DEC_HOST_OPTIMIZER)
       return json_err(c->e, c->file, &pk, "tensor \"%s\" (%s) cannot take decision \"%s\"", it->string,
                       graph_kind_name(c->g->tensors[t].kind), s);
     if (resident && d == DEC_KEEP) d = DEC_NONE;
@@ -229,16 +229,19 @@ static int parse_step(Ctx *c, const JsonPath *p, const cJSON *obj) {
     if (strcmp(s, plan_step_kind_name((StepKind)k)) == 0) kind = k;
   if (kind < 0)
     return json_err(c->e, c->file, &pd,
-                    "unknown step kind \"%s\" (expected compute offload offload_wait prefetch prefetch_wait zero)", s);
+                    "unknown step kind \"%s\" (expected compute offload offload_wait prefetch prefetch_wait zero "
+                    "host_compute host_compute_wait)", s);
   Step *st = plan_add_step(c->p, (StepKind)kind);
   if (!st) return oom(c);
   JsonPath pf = {p, "from", 0}, pt = {p, "to", 0};
-  switch ((StepKind)kind) {
-  case STEP_COMPUTE: {
-    JsonPath po = {p, "op", 0}, pr = {p, "recompute", 0}, pi = {p, "inputs", 0}, pout = {p, "outputs", 0},
-             pw = {p, "workspace", 0};
+  JsonPath po = {p, "op", 0}, pi = {p, "inputs", 0}, pout = {p, "outputs", 0};
+  if (kind == STEP_COMPUTE || kind == STEP_HOST_COMPUTE || kind == STEP_HOST_WAIT) {
     if (json_string(c->file, &po, json_get(obj, "op"), &s, c->e)) return -1;
     if ((st->op = graph_find_op(c->g, s)) < 0) return json_err(c->e, c->file, &po, "unknown op \"%s\"", s);
+  }
+  switch ((StepKind)kind) {
+  case STEP_COMPUTE: {
+    JsonPath pr = {p, "recompute", 0}, pw = {p, "workspace", 0};
     const Op *op = &c->g->ops[st->op];
     const cJSON *re = json_get(obj, "recompute"), *ws = json_get(obj, "workspace");
     if (re && json_bool(c->file, &pr, re, &st->recompute, c->e)) return -1;
@@ -255,6 +258,12 @@ static int parse_step(Ctx *c, const JsonPath *p, const cJSON *obj) {
   case STEP_PREFETCH_WAIT:
   case STEP_ZERO:
     return buffer_id(c, &pt, json_get(obj, "to"), &st->to);
+  case STEP_HOST_COMPUTE:
+    return id_list(c, &pi, json_get(obj, "inputs"), &c->g->ops[st->op], true, &st->inputs) ||
+                   id_list(c, &pout, json_get(obj, "outputs"), &c->g->ops[st->op], false, &st->outputs)
+               ? -1
+               : 0;
+  case STEP_HOST_WAIT: return 0;
   case STEP_KIND_COUNT: break;
   }
   return 0;

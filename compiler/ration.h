@@ -223,6 +223,11 @@ typedef struct Device {
    * backend, whose copy threads compete with compute for the cores
    * (a profile's "copy_compute_share"). */
   double copy_compute_share;
+  /* Host compute (an optimizer update run on the host): the host's memory
+   * bandwidth in GB/s and its cores; 0 where the profile gives none, and
+   * then nothing runs on the host. */
+  double host_memory_gbps;
+  int host_cores;
 } Device;
 
 Device *device_load(const char *path, Err *e);
@@ -235,6 +240,10 @@ void device_free(Device *d);
 double cost_op_seconds(const Graph *g, const Device *d, int op);
 double cost_d2h_seconds(const Device *d, int64_t bytes);
 double cost_h2d_seconds(const Device *d, int64_t bytes);
+/* Seconds an op takes run on the host: its bytes over host_memory_gbps
+ * (an optimizer update streams its state once and is memory-bound on any
+ * number of cores); -1 on a device without host compute. */
+double cost_host_op_seconds(const Graph *g, const Device *d, int op);
 /* Overrides op times with a ration-costs/1 file ({"ops": {"name": us}}) and,
  * when d is given, the device's copy figures with the file's optional
  * measured "d2h_gbps", "h2d_gbps", "copy_compute_share". */
@@ -248,12 +257,21 @@ int cost_load_profile(Graph *g, Device *d, const char *path, Err *e);
  * and, when the step writes it, copied back after its last write) and a
  * param read in the forward and again after it may also drop that copy
  * between the two (DEC_HOST_REFETCH: prefetched again for its backward
- * use). DEC_NONE on a resident tensor: on the device for the whole step. */
-typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE, DEC_HOST, DEC_HOST_REFETCH } Decision;
+ * use). DEC_NONE on a resident tensor: on the device for the whole step.
+ * DEC_HOST_OPTIMIZER on a grad: the optimizer op that reads it runs on the
+ * host (its other operands host-homed), the grad's home is a host buffer
+ * its device buffer is copied to after its last accumulation
+ * (docs/PLANNING.md 1.4). */
+typedef enum { DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD, DEC_NONE, DEC_HOST, DEC_HOST_REFETCH, DEC_HOST_OPTIMIZER } Decision;
 typedef enum { SPACE_DEVICE, SPACE_HOST } Space;
-/* STEP_ZERO fills a grad's device home with zeros right before the first
- * op that uses it: the home is occupied from there, not for the whole step. */
-typedef enum { STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_ZERO, STEP_KIND_COUNT } StepKind;
+/* STEP_ZERO fills a grad's device buffer with zeros right before the first
+ * op that uses it: the buffer is occupied from there, not for the whole
+ * step. STEP_HOST_COMPUTE runs an op on the host stream over host buffers;
+ * STEP_HOST_WAIT makes the compute stream wait for it. */
+typedef enum {
+  STEP_COMPUTE, STEP_OFFLOAD, STEP_OFFLOAD_WAIT, STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_ZERO, STEP_HOST_COMPUTE,
+  STEP_HOST_WAIT, STEP_KIND_COUNT
+} StepKind;
 
 typedef struct Buffer {
   int tensor;       /* -1 for workspace */
@@ -269,9 +287,9 @@ typedef struct Buffer {
 
 typedef struct Step {
   StepKind kind;
-  int op;         /* compute */
+  int op;         /* compute, host_compute, host_compute_wait */
   bool recompute; /* compute */
-  int *inputs, *outputs; /* compute: buffer ids, op order */
+  int *inputs, *outputs; /* compute, host_compute: buffer ids, op order */
   int workspace;  /* compute: buffer id or -1 */
   int from, to;   /* copies: buffer ids (from/to as in the JSON); zero: to */
 } Step;
@@ -322,6 +340,14 @@ const char *plan_step_kind_name(StepKind k);
  * for params and optimizer state; DEC_HOST_REFETCH for params read in the
  * forward and used after it, never written in the forward. */
 bool plan_home_allowed(const Graph *g, int t, Decision d);
+/* The optimizer op that may run on the host with grad t (decision
+ * DEC_HOST_OPTIMIZER), or -1: t is a grad read by exactly one op, an
+ * optimizer op whose other operands are params and optimizer state that
+ * no later op touches. */
+int plan_host_optimizer_op(const Graph *g, int t);
+/* Whether dec runs op on the host: an input of it is a grad decided
+ * DEC_HOST_OPTIMIZER. */
+bool plan_op_on_host(const Graph *g, const Decision *dec, int op);
 /* Marks each resident tensor's home: its host buffer flagged home, else its
  * first device buffer (ration-plan/1 files before "home" name none). */
 void plan_mark_homes(Plan *p, const Graph *g);
@@ -365,6 +391,7 @@ typedef struct SimResult {
   int peak_step;
   int64_t peak_host_bytes;
   double step_seconds, compute_seconds, recompute_seconds, stall_seconds;
+  double host_seconds; /* the host stream's busy time (ops run on the host) */
   int64_t *live_bytes; /* per step, nsteps entries; NULL unless asked */
   int nsteps;
 } SimResult;
@@ -726,7 +753,7 @@ void fit_csv(const FitResult *r, const FitOptions *o, Buf *out);
 
 /* Cross-stream waits of a plan, derived once (sync.c) and emitted into the
  * schedule tables; every backend honours exactly these. */
-enum { SYNC_COMPUTE, SYNC_D2H, SYNC_H2D, SYNC_STREAMS };
+enum { SYNC_COMPUTE, SYNC_D2H, SYNC_H2D, SYNC_HOST, SYNC_STREAMS };
 typedef struct SyncTable {
   int nsteps, nwaits, nevents;
   int *stream;     /* per step: SYNC_* */

@@ -24,6 +24,10 @@
  * but needed later would make the earlier-needed ones wait behind it
  * (llama-tiny at its smallest budget: a layer's 10.5 us attention input
  * ahead of its 5.2 us residual, needed 4 ops sooner, stalled 10.2 us).
+ * An op the decisions put on the host (a grad decided host-optimizer) is a
+ * host_compute over its operands' host homes in its place at step 4, the
+ * grad's copy to its home is issued after its last accumulation and waited
+ * for before that op, and each host op's wait ends the step.
  * A re-run writes every output of its op; outputs that are kept, offloaded
  * or graph outputs get a transient copy (occupied at that step only), so
  * only recomputed tensors and intermediates change residency.
@@ -75,6 +79,7 @@ void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, cons
   h->last_write = -1;
   for (int i = 0; i < g->nops; i++) {
     const Op *o = &g->ops[i];
+    if (plan_op_on_host(g, dec, i)) continue; /* it reads and writes the home itself */
     bool uses = false;
     for (int k = 0; k < o->ninputs; k++) uses |= o->inputs[k] == t;
     for (int k = 0; k < o->noutputs; k++)
@@ -88,7 +93,10 @@ void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, cons
     if (at >= 0 && (first_after_fwd < 0 || at < first_after_fwd)) first_after_fwd = at;
     if (at > last) last = at;
   }
-  h->need[0] = first;
+  /* A grad whose optimizer runs on the host is zeroed on the device and
+   * only copied to its home. */
+  bool to_host_optimizer = dec[t] == DEC_HOST_OPTIMIZER;
+  h->need[0] = to_host_optimizer ? -1 : first;
   h->need[1] = dec[t] == DEC_HOST_REFETCH ? first_after_fwd : -1;
   /* The second window's prefetch comes after the first window's last use. */
   for (int k = 0; k < 2; k++)
@@ -101,8 +109,11 @@ void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, cons
   int w = h->last_write;
   while (covered < copy && w + 1 < g->nops) {
     w++;
-    covered += cost_op_seconds(g, d, w);
+    if (!plan_op_on_host(g, dec, w)) covered += cost_op_seconds(g, d, w);
   }
+  /* The host optimizer reads the copy: it is waited for before that op. */
+  int host_op = to_host_optimizer ? plan_host_optimizer_op(g, t) : -1;
+  if (host_op >= 0 && w >= host_op) w = host_op - 1;
   h->wait_op = w > last ? w : last;
 }
 
@@ -277,6 +288,24 @@ static int emit_compute(Builder *b, int op, bool recompute) {
   return 0;
 }
 
+/* An op run on the host: it reads and writes its operands' homes. */
+static int emit_host_compute(Builder *b, int op) {
+  const Op *o = &b->g->ops[op];
+  int *in = util_xcalloc((size_t)o->ninputs, sizeof(int)), *out = util_xcalloc((size_t)o->noutputs, sizeof(int));
+  Step *s = in && out ? plan_add_step(b->p, STEP_HOST_COMPUTE) : NULL;
+  if (!s) {
+    free(in);
+    free(out);
+    return oom(b);
+  }
+  for (int k = 0; k < o->ninputs; k++) in[k] = b->host_buf[o->inputs[k]];
+  for (int k = 0; k < o->noutputs; k++) out[k] = b->host_buf[o->outputs[k]];
+  s->op = op;
+  s->inputs = in;
+  s->outputs = out;
+  return 0;
+}
+
 /* Window id W's prefetch: a new device buffer filled from the host. */
 static int emit_prefetch(Builder *b, int w) {
   const Graph *g = b->g;
@@ -354,7 +383,7 @@ static int emit_op(Builder *b, int i) {
   for (int k = b->reruns.start[i]; k < b->reruns.start[i + 1]; k++)
     if (b->reruns.items[k] < i && emit_compute(b, b->reruns.items[k], true)) return -1;
   if (plan_add_grad_zeros(b->p, g, i, b->cur)) return oom(b);
-  if (emit_compute(b, i, false)) return -1;
+  if (plan_op_on_host(g, b->p->decisions, i) ? emit_host_compute(b, i) : emit_compute(b, i, false)) return -1;
   const Op *o = &g->ops[i];
   n = 0;
   for (int k = 0; k < o->noutputs; k++)
@@ -379,7 +408,7 @@ static int home_positions(Builder *b) {
     b->back_at[t] = b->back_wait[t] = -1;
     b->win_issue[2 * t] = b->win_issue[2 * t + 1] = b->win_need[2 * t] = b->win_need[2 * t + 1] = -1;
     Decision d = b->p->decisions[t];
-    if (!graph_is_resident(&g->tensors[t]) || (d != DEC_HOST && d != DEC_HOST_REFETCH)) continue;
+    if (!graph_is_resident(&g->tensors[t]) || (d != DEC_HOST && d != DEC_HOST_REFETCH && d != DEC_HOST_OPTIMIZER)) continue;
     HomeCopies h;
     plan_home_copies(g, b->d, b->p->decisions, b->rerun_at, t, &h);
     for (int k = 0; k < 2; k++) b->win_issue[2 * t + k] = h.issue[k], b->win_need[2 * t + k] = h.need[k];
@@ -432,17 +461,32 @@ int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
    * host buffer (its device windows come with their prefetches). */
   for (int t = 0; t < n; t++) {
     if (!graph_is_resident(&g->tensors[t])) continue;
-    bool host = p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH;
+    Decision dt = p->decisions[t];
+    bool host = dt == DEC_HOST || dt == DEC_HOST_REFETCH || dt == DEC_HOST_OPTIMIZER;
     int id = plan_add_buffer(p, t, -1, g->tensors[t].bytes, host ? SPACE_HOST : SPACE_DEVICE);
-    if (id < 0) {
+    /* A grad for the host optimizer also has a device buffer that the
+     * backward accumulates into, zeroed before its first use like a
+     * device home (plan_add_grad_zeros). */
+    int dev = id >= 0 && dt == DEC_HOST_OPTIMIZER ? plan_add_buffer(p, t, -1, g->tensors[t].bytes, SPACE_DEVICE) : -2;
+    if (id < 0 || dev == -1) {
       oom(&b);
       goto out;
     }
     p->buffers[id].home = true;
     *(host ? &b.host_buf[t] : &b.cur[t]) = id;
+    if (dev >= 0) b.cur[t] = dev;
   }
   for (int i = 0; i < g->nops; i++)
     if (emit_op(&b, i)) goto out;
+  /* The step ends when the host ops it ran are done. */
+  for (int i = 0; i < g->nops; i++) {
+    Step *st = plan_op_on_host(g, p->decisions, i) ? plan_add_step(p, STEP_HOST_WAIT) : NULL;
+    if (st) st->op = i;
+    else if (plan_op_on_host(g, p->decisions, i)) {
+      oom(&b);
+      goto out;
+    }
+  }
   rc = 0;
 out:
   for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++) groups_free(groups[k]);

@@ -2,7 +2,8 @@
  * sim.c - the ground truth. Checks a plan against every rule of DESIGN.md's
  * plan semantics, then replays it: live device bytes at every step (the
  * number the runtime's high-water mark must equal) and the step time on
- * three FIFO streams (compute, D2H, H2D), where stalls are waits that
+ * four FIFO streams (compute, D2H, H2D, and the host's, which runs the ops
+ * a plan puts on the host, each after its inputs' copies landed), where stalls are waits that
  * actually happen, not estimates. A device with a measured
  * copy_compute_share (a CPU backend's profile) also loses that share of
  * each copy's time on the compute stream where the copy is issued; it
@@ -53,11 +54,20 @@ int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last) {
     case STEP_OFFLOAD_WAIT: TOUCH(st->from, s); break;
     case STEP_PREFETCH_WAIT: TOUCH(st->to, s); break;
     case STEP_ZERO:
-      /* A zeroed grad's home is occupied from its zero step, not from the
-       * step's start (sim_check: nothing touches it before). */
+      /* A zeroed grad's buffer is occupied from its zero step, not from
+       * the step's start (sim_check: nothing touches it before). */
       if (!valid_buffer(p, st->to)) return -1;
       first[st->to] = s;
+      if (last[st->to] < s) last[st->to] = s;
       break;
+    case STEP_HOST_COMPUTE: {
+      if (st->op < 0 || st->op >= g->nops) return -1;
+      const Op *o = &g->ops[st->op];
+      for (int k = 0; k < o->ninputs; k++) TOUCH(st->inputs[k], s);
+      for (int k = 0; k < o->noutputs; k++) TOUCH(st->outputs[k], s);
+      break;
+    }
+    case STEP_HOST_WAIT: break;
     case STEP_KIND_COUNT: return -1;
     }
   }
@@ -73,10 +83,11 @@ int sim_occupancy(const Plan *p, const Graph *g, int *first, int *last) {
   return 0;
 }
 
-/* A buffer a zero step may name: a grad's home (always on the device). */
+/* A buffer a zero step may name: a grad's device buffer (its home, or the
+ * one the backward accumulates into beside a host optimizer's home). */
 static bool zeroable(const Plan *p, const Graph *g, int b) {
   const Buffer *bf = &p->buffers[b];
-  return bf->home && bf->space == SPACE_DEVICE && bf->tensor >= 0 && g->tensors[bf->tensor].kind == KIND_GRAD;
+  return bf->space == SPACE_DEVICE && bf->tensor >= 0 && g->tensors[bf->tensor].kind == KIND_GRAD;
 }
 
 /* Per-buffer state while replaying the steps in order. */
@@ -94,6 +105,8 @@ typedef struct Check {
   /* Host-homed tensors: the last compute step writing each tensor and the
    * buffer it wrote, and the copy back to the home (step, device buffer). */
   int *wrote_at, *wrote_buf, *back_at, *back_from;
+  int *host_at;      /* tensor -> the host_compute step that updated its home, -1 */
+  int *host_pending; /* op -> its host_compute step until its wait, -1 */
 } Check;
 
 static int fail(Check *c, int s, const char *fmt, const char *a, const char *b) {
@@ -202,8 +215,11 @@ static int check_copy(Check *c, int s) {
     } else if (c->state[st->to] != B_EMPTY) {
       return fail(c, s, "offload overwrites host buffer of \"%s\"%s", tname(c, st->to), "");
     }
+    if (c->host_at[p->buffers[st->to].tensor] >= 0)
+      return fail(c, s, "copies \"%s\" over the update a host op made in its home%s", tname(c, st->to), "");
     c->state[st->to] = B_WRITTEN;
     c->offload_of[st->to] = s;
+    c->offload_waited[st->to] = 0;
     c->pending[st->from] = s;
     return 0;
   case STEP_OFFLOAD_WAIT:
@@ -224,6 +240,9 @@ static int check_copy(Check *c, int s) {
       return fail(c, s, "prefetch of \"%s\" from a host buffer no offload filled%s", tname(c, st->from), "");
     if (p->buffers[st->from].home && c->back_at[p->buffers[st->from].tensor] >= 0)
       return fail(c, s, "prefetch of \"%s\" from its home after the step copied it back%s", tname(c, st->from), "");
+    if (c->host_at[p->buffers[st->from].tensor] >= 0)
+      return fail(c, s, "prefetch of \"%s\" from its home after a host op updated it (the next step's to fetch)%s",
+                  tname(c, st->from), "");
     if (!c->offload_waited[st->from])
       return fail(c, s, "prefetch of \"%s\" before its offload completed (no offload_wait before it)%s", tname(c, st->from), "");
     if (c->state[st->to] != B_EMPTY) return fail(c, s, "prefetch into buffer of \"%s\" that was already written%s", tname(c, st->to), "");
@@ -242,12 +261,57 @@ static int check_copy(Check *c, int s) {
      * is empty until then: sim_check marks the zeroed homes so). */
     snprintf(a, sizeof a, "%d", st->to);
     if (!valid_buffer(p, st->to) || !zeroable(p, c->g, st->to))
-      return fail(c, s, "zero step for buffer %s, which is not a grad's device home%s", a, "");
+      return fail(c, s, "zero step for buffer %s, which is not a grad's device buffer%s", a, "");
     if (c->state[st->to] != B_EMPTY) return fail(c, s, "zeroes buffer %s (\"%s\") a second time", a, tname(c, st->to));
     c->state[st->to] = B_WRITTEN;
     return 0;
   default: return fail(c, s, "unknown step kind%s%s", "", "");
   }
+}
+
+/* An op run on the host: in graph order like a compute, over its
+ * operands' host homes, each holding the step's value (what the device
+ * wrote was copied back and the copy waited for); waited for once. */
+static int check_host_compute(Check *c, int s, int *next_op) {
+  const Plan *p = c->p;
+  const Graph *g = c->g;
+  const Step *st = &p->steps[s];
+  char a[32];
+  if (st->op < 0 || st->op >= g->nops || st->op != *next_op) {
+    snprintf(a, sizeof a, "%d", st->op);
+    return fail(c, s, "host_compute of op %s out of graph order%s", a, "");
+  }
+  (*next_op)++;
+  const Op *o = &g->ops[st->op];
+  for (int k = 0; k < o->ninputs + o->noutputs; k++) {
+    int x = k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs];
+    int id = k < o->ninputs ? st->inputs[k] : st->outputs[k - o->ninputs];
+    if (!valid_buffer(p, id) || p->buffers[id].tensor != x || p->buffers[id].space != SPACE_HOST || !p->buffers[id].home)
+      return fail(c, s, "host_compute of \"%s\" must read and write the host homes of its operands (\"%s\")", o->name,
+                  g->tensors[x].name);
+    if (k >= o->ninputs) {
+      c->host_at[x] = s;
+      continue;
+    }
+    if (c->wrote_at[x] >= 0 && (c->back_at[x] < c->wrote_at[x] || c->back_from[x] != c->wrote_buf[x]))
+      return fail(c, s, "host_compute reads the home of \"%s\" before the value the device wrote is copied there%s",
+                  g->tensors[x].name, "");
+    if (!c->offload_waited[id])
+      return fail(c, s, "host_compute reads the home of \"%s\" before its copy landed (no offload_wait before it)%s",
+                  g->tensors[x].name, "");
+  }
+  c->host_pending[st->op] = s;
+  return 0;
+}
+
+static int check_host_wait(Check *c, int s) {
+  const Step *st = &c->p->steps[s];
+  char a[32];
+  snprintf(a, sizeof a, "%d", st->op);
+  if (st->op < 0 || st->op >= c->g->nops || c->host_pending[st->op] < 0)
+    return fail(c, s, "host_compute_wait for op %s, which has no host_compute in flight%s", a, "");
+  c->host_pending[st->op] = -1;
+  return 0;
 }
 
 /* Counts of occupied buffers over byte ranges: a segment tree over the
@@ -401,7 +465,8 @@ static int check_buffers(const Plan *p, const Graph *g, Err *e) {
     const Buffer *bf = &p->buffers[b];
     if (!bf->home) continue;
     if (bf->tensor < 0 || !graph_is_resident(&g->tensors[bf->tensor]) || homes[bf->tensor]++ ||
-        (bf->space == SPACE_HOST && !plan_home_allowed(g, bf->tensor, DEC_HOST)))
+        (bf->space == SPACE_HOST && !plan_home_allowed(g, bf->tensor, DEC_HOST) &&
+         !plan_home_allowed(g, bf->tensor, DEC_HOST_OPTIMIZER)))
       bad = b;
   }
   for (int t = 0; t < g->ntensors && bad < 0; t++)
@@ -412,7 +477,7 @@ static int check_buffers(const Plan *p, const Graph *g, Err *e) {
   free(homes);
   if (bad >= 0)
     return err_set(e, "%s: buffers[%d].home: only one buffer of a resident tensor is its home, on the host only for a "
-                      "param or optimizer state", plan_name(p), bad);
+                      "param or optimizer state, or a grad whose optimizer op may run on the host", plan_name(p), bad);
   if (host_end > p->host_bytes)
     return err_set(e, "%s: host_bytes: %" PRId64 " but host buffers reach byte %" PRId64, plan_name(p), p->host_bytes, host_end);
   if (p->arena_bytes > p->budget_bytes)
@@ -426,12 +491,13 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
   int n = p->nbuffers;
   Check c = {.p = p, .g = g, .e = e};
   int **arrays[] = {&c.state, &c.offload_of, &c.offload_waited, &c.pending, &c.prefetch_of};
-  int **by_tensor[] = {&c.wrote_at, &c.wrote_buf, &c.back_at, &c.back_from};
+  int **by_tensor[] = {&c.wrote_at, &c.wrote_buf, &c.back_at, &c.back_from, &c.host_at};
   bool ok = true;
   for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++)
     ok = (*arrays[k] = util_xcalloc((size_t)n + 1, sizeof(int))) != NULL && ok;
   for (size_t k = 0; k < sizeof by_tensor / sizeof by_tensor[0]; k++)
     ok = (*by_tensor[k] = util_xcalloc((size_t)g->ntensors + 1, sizeof(int))) != NULL && ok;
+  ok = (c.host_pending = util_xcalloc((size_t)g->nops + 1, sizeof(int))) != NULL && ok;
   int rc = -1;
   if (!ok) {
     err_set(e, "%s: out of memory", plan_name(p));
@@ -443,17 +509,27 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
     /* A home holds its tensor's value from the step before. */
     if (bf->home) c.state[b] = B_WRITTEN, c.offload_waited[b] = 1;
   }
-  /* A zeroed grad's home holds nothing until its zero step. */
+  /* A zeroed grad's buffer holds nothing until its zero step. */
   for (int s = 0; s < p->nsteps; s++) {
     const Step *st = &p->steps[s];
     if (st->kind == STEP_ZERO && valid_buffer(p, st->to) && zeroable(p, g, st->to)) c.state[st->to] = B_EMPTY;
   }
-  for (int t = 0; t < g->ntensors; t++) c.wrote_at[t] = c.wrote_buf[t] = c.back_at[t] = c.back_from[t] = -1;
+  for (int t = 0; t < g->ntensors; t++) c.wrote_at[t] = c.wrote_buf[t] = c.back_at[t] = c.back_from[t] = c.host_at[t] = -1;
+  for (int i = 0; i < g->nops; i++) c.host_pending[i] = -1;
   int next_op = 0;
   for (int s = 0; s < p->nsteps; s++) {
-    int r = p->steps[s].kind == STEP_COMPUTE ? check_compute(&c, s, &next_op) : check_copy(&c, s);
+    StepKind k = p->steps[s].kind;
+    int r = k == STEP_COMPUTE        ? check_compute(&c, s, &next_op)
+            : k == STEP_HOST_COMPUTE ? check_host_compute(&c, s, &next_op)
+            : k == STEP_HOST_WAIT    ? check_host_wait(&c, s)
+                                     : check_copy(&c, s);
     if (r) goto out;
   }
+  for (int i = 0; i < g->nops; i++)
+    if (c.host_pending[i] >= 0) {
+      err_set(e, "%s: steps[%d]: host_compute of \"%s\" is never waited for", plan_name(p), c.host_pending[i], g->ops[i].name);
+      goto out;
+    }
   if (next_op < g->nops) {
     err_set(e, "%s: steps: op \"%s\" never runs", plan_name(p), g->ops[next_op].name);
     goto out;
@@ -482,6 +558,7 @@ int sim_check(const Plan *p, const Graph *g, Err *e) {
 out:
   for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++) free(*arrays[k]);
   for (size_t k = 0; k < sizeof by_tensor / sizeof by_tensor[0]; k++) free(*by_tensor[k]);
+  free(c.host_pending);
   return rc;
 }
 
@@ -538,9 +615,10 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
   int n = p->nbuffers, ns = p->nsteps;
   int *first = util_xcalloc((size_t)n, sizeof(int)), *last = util_xcalloc((size_t)n, sizeof(int));
   double *done = util_xcalloc((size_t)ns, sizeof(double)), *copy_end = util_xcalloc((size_t)n, sizeof(double));
+  double *host_end = util_xcalloc((size_t)g->nops + 1, sizeof(double)); /* by op */
   r->live_bytes = with_trace ? util_xcalloc((size_t)ns, sizeof(int64_t)) : NULL;
   int rc = -1;
-  if (!first || !last || !done || !copy_end || (with_trace && !r->live_bytes)) {
+  if (!first || !last || !done || !copy_end || !host_end || (with_trace && !r->live_bytes)) {
     err_set(e, "%s: out of memory", plan_name(p));
     goto out;
   }
@@ -549,7 +627,7 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
     err_set(e, "%s: out of memory", plan_name(p));
     goto out;
   }
-  double compute = 0, d2h = 0, h2d = 0;
+  double compute = 0, d2h = 0, h2d = 0, host = 0;
   for (int s = 0; s < ns; s++) {
     const Step *st = &p->steps[s];
     switch (st->kind) {
@@ -596,9 +674,33 @@ int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, Sim
       done[s] = compute;
       break;
     }
+    case STEP_HOST_COMPUTE: {
+      /* Issued where the compute stream reaches it, after its inputs' copies. */
+      double start = host > compute ? host : compute, t = cost_host_op_seconds(g, d, st->op);
+      if (t < 0) {
+        err_set(e, "%s: steps[%d]: runs \"%s\" on the host, but device %s gives no host compute (host_memory_gbps)",
+                plan_name(p), s, g->ops[st->op].name, d->name);
+        goto out;
+      }
+      for (int k = 0; k < g->ops[st->op].ninputs; k++)
+        if (copy_end[st->inputs[k]] > start) start = copy_end[st->inputs[k]];
+      host = start + t;
+      r->host_seconds += t;
+      host_end[st->op] = host;
+      done[s] = host;
+      break;
+    }
+    case STEP_HOST_WAIT:
+      if (host_end[st->op] > compute) {
+        r->stall_seconds += host_end[st->op] - compute;
+        compute = host_end[st->op];
+      }
+      done[s] = compute;
+      break;
     }
   }
   r->step_seconds = compute;
+  if (host > r->step_seconds) r->step_seconds = host;
   if (d2h > r->step_seconds) r->step_seconds = d2h;
   if (h2d > r->step_seconds) r->step_seconds = h2d;
   rc = 0;
@@ -607,6 +709,7 @@ out:
   free(last);
   free(done);
   free(copy_end);
+  free(host_end);
   if (rc) sim_result_free(r);
   return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * sync.c - the one place where a plan's cross-stream waits are derived.
  *
- * A plan's steps run on three FIFO streams (compute, D2H, H2D). Any two
+ * A plan's steps run on four FIFO streams (compute, D2H, H2D, host). Any two
  * steps on different streams that touch overlapping bytes of one arena,
  * at least one of them writing, must be ordered, or the runtime races: a
  * prefetch must not overwrite bytes the compute stream still reads, an
@@ -27,6 +27,7 @@ int sync_step_stream(StepKind k) {
   switch (k) {
   case STEP_OFFLOAD: return SYNC_D2H;
   case STEP_PREFETCH: return SYNC_H2D;
+  case STEP_HOST_COMPUTE: return SYNC_HOST;
   default: return SYNC_COMPUTE; /* compute and both *_wait sync points */
   }
 }
@@ -112,14 +113,16 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
   int (*clock)[SYNC_STREAMS] = util_xcalloc((size_t)ns + 1, sizeof *clock);
   int *offload_of = util_xcalloc((size_t)nb + 1, sizeof *offload_of);
   int *prefetch_of = util_xcalloc((size_t)nb + 1, sizeof *prefetch_of);
+  int *host_of = util_xcalloc((size_t)g->nops + 1, sizeof *host_of); /* op -> its host_compute step */
   t->stream = util_xcalloc((size_t)ns + 1, sizeof *t->stream);
   t->wait_start = util_xcalloc((size_t)ns + 1, sizeof *t->wait_start);
   t->event = util_xcalloc((size_t)ns + 1, sizeof *t->event);
   int cap = 0, *cand = NULL;
-  if (!acc || !clock || !offload_of || !prefetch_of || !t->stream || !t->wait_start || !t->event ||
+  if (!acc || !clock || !offload_of || !prefetch_of || !host_of || !t->stream || !t->wait_start || !t->event ||
       overlaps_build(p, &ov) < 0)
     goto nomem;
   t->nsteps = ns;
+  for (int i = 0; i < g->nops; i++) host_of[i] = -1;
   for (int b = 0; b < nb; b++) {
     offload_of[b] = prefetch_of[b] = -1;
     for (int y = 0; y < SYNC_STREAMS; y++) acc[b].last_any[y] = acc[b].last_write[y] = -1;
@@ -134,7 +137,7 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
     t->stream[s] = x;
     t->event[s] = -1;
     int reads[64], nreads = 0, writes[64], nwrites = 0;
-    if (st->kind == STEP_COMPUTE) {
+    if (st->kind == STEP_COMPUTE || st->kind == STEP_HOST_COMPUTE) {
       const Op *op = &g->ops[st->op];
       if (op->ninputs > 64 || op->noutputs + 1 > 64) {
         err_set(e, "%s: op %s has too many operands", g->path ? g->path : g->name, op->name);
@@ -169,6 +172,12 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
       prefetch_of[st->to] = s;
     } else if (st->kind == STEP_PREFETCH_WAIT) {
       add_cand(cand, &nc, prefetch_of[st->to]);
+    } else if (st->kind == STEP_HOST_COMPUTE) {
+      /* Issued where the compute stream reaches it, as an offload is. */
+      add_cand(cand, &nc, last_compute);
+      host_of[st->op] = s;
+    } else if (st->kind == STEP_HOST_WAIT) {
+      add_cand(cand, &nc, host_of[st->op]);
     }
     /* Byte hazards: read after write, and write after anything. */
     for (int i = 0; i < nreads; i++)
@@ -188,6 +197,12 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
       for (int j = 0; j < nc && !implied; j++)
         if (j != i && cand[j] != c && t->stream[cand[j]] != x && clock[cand[j]][y] >= c) implied = true;
       if (!implied) cand[kept++] = c;
+    }
+    /* A host wait names the step it waits for (rt_open checks), implied or not. */
+    if (st->kind == STEP_HOST_WAIT && host_of[st->op] >= 0) {
+      bool named = false;
+      for (int i = 0; i < kept; i++) named |= cand[i] == host_of[st->op];
+      if (!named) cand[kept++] = host_of[st->op];
     }
     qsort(cand, (size_t)kept, sizeof *cand, cmp_int);
     if (t->nwaits + kept > wcap) {
@@ -222,6 +237,7 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
   free(clock);
   free(offload_of);
   free(prefetch_of);
+  free(host_of);
   free(ov.start);
   free(ov.list);
   return 0;
@@ -233,6 +249,7 @@ fail:
   free(clock);
   free(offload_of);
   free(prefetch_of);
+  free(host_of);
   free(ov.start);
   free(ov.list);
   sync_free(t);

@@ -16,14 +16,17 @@
 
 /* RATION-SCHED-ABI-BEGIN */
 #ifndef RATION_SCHED_ABI
-#define RATION_SCHED_ABI 3
+#define RATION_SCHED_ABI 4
 enum { RT_SCHED_MAX_RANK = 8 };
 enum { RT_SPACE_DEVICE = 0, RT_SPACE_HOST = 1 };
 /* RT_STEP_ZERO (to): fill a grad's device home with zeros before its
  * first use; a grad without one is zeroed at the step's start. */
 enum { RT_STEP_COMPUTE = 0, RT_STEP_OFFLOAD = 1, RT_STEP_OFFLOAD_WAIT = 2,
-       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5 };
-enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2 };
+       RT_STEP_PREFETCH = 3, RT_STEP_PREFETCH_WAIT = 4, RT_STEP_ZERO = 5,
+       RT_STEP_HOST_COMPUTE = 6, RT_STEP_HOST_WAIT = 7 };
+/* ABI 4: RT_STREAM_HOST runs host_compute steps (an op over host
+ * buffers, io0 as a compute step's) on the host. */
+enum { RT_STREAM_COMPUTE = 0, RT_STREAM_D2H = 1, RT_STREAM_H2D = 2, RT_STREAM_HOST = 3 };
 /* kind: 0 input, 1 param, 2 grad, 3 optstate, 4 activation;
  * dtype: 0 f32, 1 bf16, 2 f16, 3 i32, 4 i64, 5 u8 */
 typedef struct rt_SchedTensor {

@@ -52,6 +52,7 @@ struct rt_Session {
   rt_Attr *attrs;      /* flat, as sc->attrs */
   rt_View *views;      /* flat, as sc->step_io */
   rt_KernelArgs *args; /* per step (compute steps) */
+  rt_HostOp *host_ops; /* per step (host_compute steps) */
   int *first, *last;   /* per buffer: occupancy [first, last] in steps */
   int *born_start, *born, *die_start, *die; /* per step, CSR */
   int *home;           /* per tensor: the buffer rt_read/rt_write use, or -1 */
@@ -252,11 +253,12 @@ static int check_buffers(rt_Session *s) {
     if (b->tensor >= 0 && b->bytes != c->tensors[b->tensor].bytes)
       return fail(s, RT_ESCHEDULE, "buffer %d: %lld bytes for tensor %s of %lld", i, (long long)b->bytes,
                   c->tensors[b->tensor].name, (long long)c->tensors[b->tensor].bytes);
-    /* A home holds a resident tensor (not an activation); on the host only
-     * a param's or optimizer state's (grads are zeroed on the device). */
+    /* A home holds a resident tensor (not an activation); on the host
+     * not an input's (the trainer writes inputs to the device; a grad's
+     * home is on the host where a host op runs its optimizer). */
     int kind = b->tensor >= 0 ? c->tensors[b->tensor].kind : 4;
     if ((b->home != 0 && b->home != 1) || (b->home && kind == 4) ||
-        (b->home && b->space == RT_SPACE_HOST && kind != 1 && kind != 3))
+        (b->home && b->space == RT_SPACE_HOST && kind == 0))
       return fail(s, RT_ESCHEDULE, "buffer %d: bad home flag", i);
   }
   return check_homes(s);
@@ -285,21 +287,26 @@ static bool buffer_in(const rt_Schedule *c, int b, int space) {
   return b >= 0 && b < c->nbuffers && c->buffers[b].space == space;
 }
 
+/* A compute step runs on the compute stream over device buffers, a
+ * host_compute step on the host stream over host buffers, without
+ * workspace or recompute. */
 static int check_compute_step(rt_Session *s, int i) {
   const rt_Schedule *c = s->sc;
   const rt_SchedStep *st = &c->steps[i];
-  if (st->op < 0 || st->op >= c->nops || st->stream != RT_STREAM_COMPUTE || (st->recompute != 0 && st->recompute != 1) ||
-      st->from != -1 || st->to != -1)
-    return fail(s, RT_ESCHEDULE, "step %d: bad compute step", i);
+  bool host = st->kind == RT_STEP_HOST_COMPUTE;
+  if (st->op < 0 || st->op >= c->nops || st->stream != (host ? RT_STREAM_HOST : RT_STREAM_COMPUTE) ||
+      (st->recompute != 0 && (host || st->recompute != 1)) || st->from != -1 || st->to != -1)
+    return fail(s, RT_ESCHEDULE, "step %d: bad %s step", i, host ? "host_compute" : "compute");
   const rt_SchedOp *o = &c->ops[st->op];
   if (!span_ok(st->io0, (int64_t)o->nin + o->nout, c->nstep_io))
     return fail(s, RT_ESCHEDULE, "step %d (%s): operands outside step_io", i, o->name);
   for (int k = 0; k < o->nin + o->nout; k++) {
     int b = c->step_io[st->io0 + k];
-    if (!buffer_in(c, b, RT_SPACE_DEVICE) || c->buffers[b].tensor != c->op_io[o->io0 + k])
-      return fail(s, RT_ESCHEDULE, "step %d (%s): operand %d is not a device buffer of %s", i, o->name, k,
-                  c->tensors[c->op_io[o->io0 + k]].name);
+    if (!buffer_in(c, b, host ? RT_SPACE_HOST : RT_SPACE_DEVICE) || c->buffers[b].tensor != c->op_io[o->io0 + k])
+      return fail(s, RT_ESCHEDULE, "step %d (%s): operand %d is not a %s buffer of %s", i, o->name, k,
+                  host ? "host" : "device", c->tensors[c->op_io[o->io0 + k]].name);
   }
+  if (host && st->workspace != -1) return fail(s, RT_ESCHEDULE, "step %d (%s): a host op has no workspace", i, o->name);
   if (st->workspace == -1 ? o->workspace > 0
                           : !buffer_in(c, st->workspace, RT_SPACE_DEVICE) ||
                                 c->buffers[st->workspace].workspace_of != st->op ||
@@ -312,20 +319,40 @@ static int check_steps(rt_Session *s) {
   const rt_Schedule *c = s->sc;
   for (int i = 0; i < c->nsteps; i++) {
     const rt_SchedStep *st = &c->steps[i];
-    if (st->stream < RT_STREAM_COMPUTE || st->stream > RT_STREAM_H2D || !span_ok(st->wait0, st->nwait, c->nwaits) ||
+    if (st->stream < RT_STREAM_COMPUTE || st->stream > RT_STREAM_HOST || !span_ok(st->wait0, st->nwait, c->nwaits) ||
         st->event < -1 || st->event >= c->nevents)
       return fail(s, RT_ESCHEDULE, "step %d: bad stream, waits or event", i);
+    /* Each kind on its stream (as the emitter's sync table puts it). */
+    static const int stream_of[] = {RT_STREAM_COMPUTE, RT_STREAM_D2H,     RT_STREAM_COMPUTE, RT_STREAM_H2D,
+                                    RT_STREAM_COMPUTE, RT_STREAM_COMPUTE, RT_STREAM_HOST,    RT_STREAM_COMPUTE};
+    if (st->kind >= RT_STEP_COMPUTE && st->kind <= RT_STEP_HOST_WAIT && st->stream != stream_of[st->kind])
+      return fail(s, RT_ESCHEDULE, "step %d: kind %d on stream %d", i, (int)st->kind, (int)st->stream);
     for (int k = 0; k < st->nwait; k++) {
       int w = c->waits[st->wait0 + k];
       if (w < 0 || w >= i || c->steps[w].event < 0)
         return fail(s, RT_ESCHEDULE, "step %d: waits for step %d, which is not an earlier recorded step", i, w);
     }
     int rc = RT_OK;
-    /* What only compute steps use is -1 (0) on the others. */
-    if (st->kind != RT_STEP_COMPUTE && (st->op != -1 || st->recompute != 0 || st->io0 != -1 || st->workspace != -1))
+    /* What only compute steps use is -1 (0) on the others (a host wait
+     * names its op). */
+    bool runs = st->kind == RT_STEP_COMPUTE || st->kind == RT_STEP_HOST_COMPUTE;
+    if (!runs && ((st->kind != RT_STEP_HOST_WAIT && st->op != -1) || st->recompute != 0 || st->io0 != -1 ||
+                  st->workspace != -1))
       return fail(s, RT_ESCHEDULE, "step %d: a copy or wait step with compute fields", i);
     switch (st->kind) {
-    case RT_STEP_COMPUTE: rc = check_compute_step(s, i); break;
+    case RT_STEP_COMPUTE:
+    case RT_STEP_HOST_COMPUTE: rc = check_compute_step(s, i); break;
+    case RT_STEP_HOST_WAIT: {
+      /* It waits for the host_compute step of its op. */
+      bool waits_op = false;
+      for (int k = 0; k < st->nwait; k++) {
+        const rt_SchedStep *w = &c->steps[c->waits[st->wait0 + k]];
+        waits_op |= w->kind == RT_STEP_HOST_COMPUTE && w->op == st->op;
+      }
+      if (st->op < 0 || st->op >= c->nops || !waits_op || st->from != -1 || st->to != -1)
+        rc = fail(s, RT_ESCHEDULE, "step %d: bad host_compute_wait", i);
+      break;
+    }
     case RT_STEP_OFFLOAD:
     case RT_STEP_PREFETCH: {
       bool off = st->kind == RT_STEP_OFFLOAD;
@@ -343,10 +370,11 @@ static int check_steps(rt_Session *s) {
       if (st->to < 0 || st->to >= c->nbuffers || st->from < -1 || st->from >= c->nbuffers)
         rc = fail(s, RT_ESCHEDULE, "step %d: bad prefetch_wait", i);
       break;
-    case RT_STEP_ZERO: /* a grad's home, on the device (check_buffers) */
+    case RT_STEP_ZERO: /* a grad's device buffer: its home, or the host optimizer's accumulator */
       if (st->stream != RT_STREAM_COMPUTE || st->from != -1 || st->to < 0 || st->to >= c->nbuffers ||
-          !c->buffers[st->to].home || c->tensors[c->buffers[st->to].tensor].kind != 2)
-        rc = fail(s, RT_ESCHEDULE, "step %d: bad zero step (only a grad's home is zeroed)", i);
+          c->buffers[st->to].space != RT_SPACE_DEVICE || c->buffers[st->to].tensor < 0 ||
+          c->tensors[c->buffers[st->to].tensor].kind != 2)
+        rc = fail(s, RT_ESCHEDULE, "step %d: bad zero step (only a grad's device buffer is zeroed)", i);
       break;
     default: rc = fail(s, RT_ESCHEDULE, "step %d: unknown kind %d", i, (int)st->kind);
     }
@@ -398,12 +426,13 @@ static int derive_occupancy(rt_Session *s) {
   for (int b = 0; b < nb; b++) s->first[b] = s->last[b] = -1;
   for (int i = 0; i < ns; i++) {
     const rt_SchedStep *st = &c->steps[i];
-    if (st->kind == RT_STEP_COMPUTE) {
+    if (st->kind == RT_STEP_HOST_WAIT) continue;
+    if (st->kind == RT_STEP_COMPUTE || st->kind == RT_STEP_HOST_COMPUTE) {
       const rt_SchedOp *o = &c->ops[st->op];
       for (int k = 0; k < o->nin + o->nout; k++) touch(s, c->step_io[st->io0 + k], i, k >= o->nin);
       if (st->workspace >= 0) touch(s, st->workspace, i, true);
       /* A graph output's first residency is read by the trainer after the step. */
-      for (int k = 0; k < o->nout && !st->recompute; k++) {
+      for (int k = 0; k < o->nout && !st->recompute && st->kind == RT_STEP_COMPUTE; k++) {
         int b = c->step_io[st->io0 + o->nin + k];
         if (c->tensors[c->buffers[b].tensor].is_output) s->persist[b] = 1;
       }
@@ -470,7 +499,7 @@ static int build_steps(rt_Session *s) {
   for (int o = 0; o < c->nops; o++)
     if (c->ops[o].attr0 + c->ops[o].nattr > nattr) nattr = c->ops[o].attr0 + c->ops[o].nattr;
   for (int i = 0; i < c->nsteps; i++)
-    if (c->steps[i].kind == RT_STEP_COMPUTE) {
+    if (c->steps[i].kind == RT_STEP_COMPUTE || c->steps[i].kind == RT_STEP_HOST_COMPUTE) {
       const rt_SchedOp *o = &c->ops[c->steps[i].op];
       if (c->steps[i].io0 + o->nin + o->nout > nio) nio = c->steps[i].io0 + o->nin + o->nout;
     }
@@ -485,9 +514,13 @@ static int build_steps(rt_Session *s) {
     s->op_step[o] = -1;
     s->fn[o] = s->be->find_kernel(c->ops[o].type);
   }
+  /* A host op runs the CPU kernel of its type, whatever the backend. */
+  for (int i = 0; i < c->nsteps; i++)
+    if (c->steps[i].kind == RT_STEP_HOST_COMPUTE) s->fn[c->steps[i].op] = rt_kernel_find(c->ops[c->steps[i].op].type);
   for (int i = 0; i < c->nsteps; i++) {
     const rt_SchedStep *st = &c->steps[i];
-    if (st->kind != RT_STEP_COMPUTE) continue;
+    bool host = st->kind == RT_STEP_HOST_COMPUTE;
+    if (st->kind != RT_STEP_COMPUTE && !host) continue;
     const rt_SchedOp *o = &c->ops[st->op];
     if (!s->fn[st->op])
       return fail(s, RT_EKERNEL, "no %s kernel for op type '%s' (op %s)", s->be->name, o->type, o->name);
@@ -496,7 +529,7 @@ static int build_steps(rt_Session *s) {
       int b = c->step_io[st->io0 + k];
       const rt_SchedTensor *t = &c->tensors[c->buffers[b].tensor];
       rt_View *v = &s->views[st->io0 + k];
-      v->data = s->dev + c->buffers[b].offset;
+      v->data = (host ? s->host : s->dev) + c->buffers[b].offset;
       v->dtype = (rt_DType)t->dtype;
       v->rank = t->rank;
       v->numel = 1;
@@ -513,11 +546,15 @@ static int build_steps(rt_Session *s) {
     }
     a->attrs = &s->attrs[o->attr0];
     a->nattrs = o->nattr;
-    a->backend_ctx = s->be->kernel_ctx ? s->be->kernel_ctx(s->ctx) : NULL;
+    s->host_ops[i] = (rt_HostOp){s->fn[st->op], a, NULL};
+    /* A host op runs the reference kernel beside compute's threads. */
+    a->backend_ctx = s->be->kernel_ctx && !host ? s->be->kernel_ctx(s->ctx) : NULL;
   }
   s->ngrads = 0;
   for (int t = 0; t < c->ntensors; t++)
-    if (c->tensors[t].kind == 2 && s->home[t] >= 0 && s->resident[s->home[t]]) s->grads[s->ngrads++] = s->home[t];
+    if (c->tensors[t].kind == 2 && s->home[t] >= 0 && s->resident[s->home[t]] &&
+        c->buffers[s->home[t]].space == RT_SPACE_DEVICE) /* a host optimizer's home is the copy's */
+      s->grads[s->ngrads++] = s->home[t];
   return RT_OK;
 }
 
@@ -534,6 +571,7 @@ static int give_runtime_bytes(rt_Session *s) {
 
 static void reset_states(rt_Session *s) {
   for (int b = 0; b < s->sc->nbuffers; b++) s->state[b] = s->resident[b] ? ST_VALID : ST_EMPTY;
+  for (int g = 0; g < s->ngrads; g++) s->state[s->grads[g]] = ST_VALID; /* zeroed at the step's start */
   s->live = s->host_live = 0;
 }
 
@@ -598,19 +636,20 @@ int rt_open(const rt_Schedule *sched, const rt_Options *opt, rt_Session **out, c
   size_t nb = (size_t)c->nbuffers + 1, ns = (size_t)c->nsteps + 1, no = (size_t)c->nops + 1;
   s->fn = rt_calloc(no, sizeof *s->fn);
   s->args = rt_calloc(ns, sizeof *s->args);
+  s->host_ops = rt_calloc(ns, sizeof *s->host_ops);
   s->first = rt_calloc(nb, sizeof *s->first);
   s->last = rt_calloc(nb, sizeof *s->last);
   s->born_start = rt_calloc(ns + 1, sizeof *s->born_start);
   s->die_start = rt_calloc(ns + 1, sizeof *s->die_start);
   s->home = rt_calloc((size_t)c->ntensors + 1, sizeof *s->home);
-  s->grads = rt_calloc((size_t)c->ntensors + 1, sizeof *s->grads);
+  s->grads = rt_calloc((size_t)c->ntensors + (size_t)c->nbuffers + 1, sizeof *s->grads);
   s->resident = rt_calloc(nb, sizeof *s->resident);
   s->persist = rt_calloc(nb, sizeof *s->persist);
   s->op_step = rt_calloc(no, sizeof *s->op_step);
   s->op_samples = rt_calloc(no * SAMPLES, sizeof *s->op_samples);
   s->op_first = rt_calloc(no, sizeof *s->op_first);
   s->state = rt_calloc(nb, sizeof *s->state);
-  if (!s->fn || !s->args || !s->first || !s->last || !s->born_start || !s->die_start || !s->home || !s->grads ||
+  if (!s->fn || !s->args || !s->host_ops || !s->first || !s->last || !s->born_start || !s->die_start || !s->home || !s->grads ||
       !s->resident || !s->persist || !s->op_step || !s->op_samples || !s->op_first || !s->state) {
     rc = fail(s, RT_ENOMEM, "out of memory");
     goto done;
@@ -661,6 +700,7 @@ void rt_close(rt_Session *s) {
   free(s->attrs);
   free(s->views);
   free(s->args);
+  free(s->host_ops);
   free(s->first);
   free(s->last);
   free(s->born_start);
@@ -749,7 +789,9 @@ static const char *state_name(int st) {
 static const char *step_desc(const rt_Session *s, int i) {
   const rt_SchedStep *st = &s->sc->steps[i];
   switch (st->kind) {
-  case RT_STEP_COMPUTE: return s->sc->ops[st->op].name;
+  case RT_STEP_COMPUTE:
+  case RT_STEP_HOST_COMPUTE:
+  case RT_STEP_HOST_WAIT: return s->sc->ops[st->op].name;
   case RT_STEP_OFFLOAD: return "offload";
   case RT_STEP_OFFLOAD_WAIT: return "offload_wait";
   case RT_STEP_PREFETCH: return "prefetch";
@@ -815,7 +857,9 @@ static int prepare_snapshot(rt_Session *s, bool atomic) {
   const rt_Schedule *c = s->sc;
   s->opt_first = -1;
   for (int i = 0; i < c->nsteps && s->opt_first < 0; i++)
-    if (c->steps[i].kind == RT_STEP_COMPUTE && c->ops[c->steps[i].op].phase == 2) s->opt_first = i;
+    if ((c->steps[i].kind == RT_STEP_COMPUTE || c->steps[i].kind == RT_STEP_HOST_COMPUTE) &&
+        c->ops[c->steps[i].op].phase == 2)
+      s->opt_first = i;
   if (!atomic || s->opt_first < 0) return RT_OK;
   s->snap = rt_calloc((size_t)c->nbuffers + 1, sizeof *s->snap);
   unsigned char *seen = rt_calloc((size_t)c->nbuffers + 1, 1);
@@ -826,7 +870,7 @@ static int prepare_snapshot(rt_Session *s, bool atomic) {
   }
   for (int i = s->opt_first; i < c->nsteps; i++) {
     const rt_SchedStep *st = &c->steps[i];
-    if (st->kind != RT_STEP_COMPUTE) continue;
+    if (st->kind != RT_STEP_COMPUTE && st->kind != RT_STEP_HOST_COMPUTE) continue;
     const rt_SchedOp *o = &c->ops[st->op];
     for (int k = o->nin; k < o->nin + o->nout; k++) {
       /* The written tensor's home: a host-homed one's copy back comes later. */
@@ -864,6 +908,19 @@ static void record_op_time(rt_Session *s, StepTimes *tm, int i, double dt) {
   else s->op_samples[(size_t)st->op * SAMPLES + (size_t)(s->nrun - 2) % SAMPLES] = dt;
 }
 
+/* Before compute or host_compute step I runs its op: in debug mode its
+ * inputs are written and alive; with RT_OPEN_ATOMIC, before the first
+ * optimizer op, the snapshot. */
+static int before_op(rt_Session *s, int i) {
+  const rt_SchedStep *st = &s->sc->steps[i];
+  const rt_SchedOp *o = &s->sc->ops[st->op];
+  int rc;
+  if (s->debug)
+    for (int k = 0; k < o->nin; k++)
+      if ((rc = check_read(s, i, s->sc->step_io[st->io0 + k])) != RT_OK) return rc;
+  return i == s->opt_first && s->nsnap > 0 ? take_snapshot(s) : RT_OK;
+}
+
 static int run_steps(rt_Session *s, StepTimes *tm) {
   const rt_Schedule *c = s->sc;
   const rt_Backend *be = s->be;
@@ -895,10 +952,7 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
     case RT_STEP_COMPUTE: {
       const rt_SchedOp *o = &c->ops[st->op];
       const int32_t *io = &c->step_io[st->io0];
-      if (s->debug)
-        for (int k = 0; k < o->nin; k++)
-          if ((rc = check_read(s, i, io[k])) != RT_OK) return rc;
-      if (i == s->opt_first && s->nsnap > 0 && (rc = take_snapshot(s)) != RT_OK) return rc;
+      if ((rc = before_op(s, i)) != RT_OK) return rc;
       bool marked = s->profile && be->mark;
       double c0 = thread_cpu_seconds();
       t0 = now_seconds();
@@ -926,6 +980,13 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
                          err, el);
       if (rc != RT_OK) return step_failed(s, rc, i);
       break;
+    case RT_STEP_HOST_COMPUTE: {
+      /* On the host stream, after the waits above: the op's own thread. */
+      if ((rc = before_op(s, i)) != RT_OK) return rc;
+      if ((rc = be->host_launch(s->ctx, &s->host_ops[i], err, el)) != RT_OK) return step_failed(s, rc, i);
+      if (c->ops[st->op].phase == 2) tm->opt_ran++;
+      break;
+    }
     case RT_STEP_PREFETCH_WAIT:
       if (s->debug) {
         if (s->state[st->to] != ST_PENDING)
@@ -939,7 +1000,7 @@ static int run_steps(rt_Session *s, StepTimes *tm) {
       if ((rc = be->fill(s->ctx, st->stream, buffer_ptr(s, st->to), 0, c->buffers[st->to].bytes, err, el)) != RT_OK)
         return step_failed(s, rc, i);
       break;
-    default: /* offload_wait: its wait above is all it does */
+    default: /* offload_wait, host_compute_wait: the wait above is all it does */
       break;
     }
     for (int k = s->die_start[i]; k < s->die_start[i + 1]; k++) {

@@ -1,6 +1,6 @@
 /*
  * rt_backend.h - libration's internal backend vtable: what the executor
- * (rt.c) needs from a device. Three FIFO streams (RT_STREAM_*), events that
+ * (rt.c) needs from a device. Four FIFO streams (RT_STREAM_*), events that
  * one stream records and another waits for, two arenas allocated once at
  * open. Every call returns 0 or a negative rt_Status with a message in err.
  */
@@ -11,6 +11,14 @@
 
 #include "kernels.h"
 #include "ration.h"
+
+/* A host_compute step: its CPU kernel, its arguments and a field the
+ * backend fills. */
+typedef struct rt_HostOp {
+  rt_KernelFn fn;
+  const rt_KernelArgs *args;
+  void *backend;
+} rt_HostOp;
 
 typedef struct rt_Backend {
   const char *name;
@@ -25,6 +33,11 @@ typedef struct rt_Backend {
   void *(*kernel_ctx)(void *ctx);
   /* Runs FN on the compute stream; PROFILE: return only once it finished. */
   int (*launch)(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile, char *err, size_t errlen);
+  /* Runs OP (a CPU kernel over host memory) on the host stream
+   * (RT_STREAM_HOST): a thread of its own, ordered with the other streams
+   * by events; a failure is reported at the next wait or synchronize. OP
+   * lives as long as the session; the backend may use its ctx field. */
+  int (*host_launch)(void *ctx, rt_HostOp *op, char *err, size_t errlen);
   int (*copy)(void *ctx, int stream, void *dst, const void *src, int64_t bytes, char *err, size_t errlen);
   int (*fill)(void *ctx, int stream, void *dst, int byte, int64_t bytes, char *err, size_t errlen);
   int (*record)(void *ctx, int stream, int event, char *err, size_t errlen);

@@ -1,8 +1,8 @@
 /*
  * rt_cpu.c - the CPU backend. Compute runs on the caller's thread and the
- * kernels' pool (rt_pool.c), which it hands every kernel; the D2H
- * and H2D streams are each a real thread draining a FIFO of jobs (copy,
- * fill, record an event, wait for an event), so a wait missing from a
+ * kernels' pool (rt_pool.c), which it hands every kernel; the D2H, H2D
+ * and host streams are each a real thread draining a FIFO of jobs (copy,
+ * fill, a host op's kernel, record an event, wait for an event), so a wait missing from a
  * schedule is a real race, not a modelled one. In debug mode every copy
  * starts after a random delay, which makes such races show up. An idle
  * copy thread polls the rings for a while before it sleeps, so that
@@ -27,7 +27,7 @@
 
 /* JOB_FAIL: a copy that fails on its stream (injected); JOB_HANG: one
  * that never completes (injected): its thread waits until close. */
-enum { JOB_COPY, JOB_FILL, JOB_RECORD, JOB_WAIT, JOB_FAIL, JOB_HANG };
+enum { JOB_COPY, JOB_FILL, JOB_RECORD, JOB_WAIT, JOB_FAIL, JOB_HANG, JOB_KERNEL };
 enum { RING = 4096 };
 /* Polling (see Cpu), in ns: an idle copy thread looks at the rings
  * without pause for SPIN_NS, then every DOZE_NS (a sleep; the timer may
@@ -89,7 +89,7 @@ typedef struct Cpu {
   _Atomic uint64_t *done;  /* per event: records completed */
   atomic_int poller;       /* the stream whose thread polls, or 0 */
   atomic_llong next_look_ns; /* by when the poller will have looked at the rings again */
-  Stream streams[3];       /* [RT_STREAM_D2H], [RT_STREAM_H2D] are threads */
+  Stream streams[4];       /* [RT_STREAM_D2H], [RT_STREAM_H2D], [RT_STREAM_HOST] are threads */
   rt_Pool *pool;           /* the kernels' threads; NULL: the reference kernels */
   char kernels[256];       /* rt_Stats.kernels */
   unsigned timeout_ms;     /* the calling thread's waits end after this long; 0 never */
@@ -176,7 +176,8 @@ static bool claim_wake(Cpu *c, Stream *st) {
  * mu held. */
 static void poll_streams(Cpu *c, Stream *st, int self, bool (*ready)(Cpu *, Stream *, const Job *), const Job *j) {
   int none = 0;
-  if (ready(c, st, j) || !atomic_compare_exchange_strong(&c->poller, &none, self)) return;
+  /* The host stream never polls: a poller wakes only the other copy stream. */
+  if (self == RT_STREAM_HOST || ready(c, st, j) || !atomic_compare_exchange_strong(&c->poller, &none, self)) return;
   Stream *other = &c->streams[self == RT_STREAM_D2H ? RT_STREAM_H2D : RT_STREAM_D2H];
   long long t0 = now_ns(), promised = t0;
   atomic_store(&c->next_look_ns, t0);
@@ -218,7 +219,7 @@ static bool event_reached(Cpu *c, Stream *st, const Job *j) {
  * stream thread (a wake-up costs that thread, not compute). */
 static void event_done(Cpu *c) {
   if (c->host_waiting) pthread_cond_signal(&c->cv_host);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++)
     if (claim_wake(c, &c->streams[s])) pthread_cond_signal(&c->streams[s].cv);
 }
 
@@ -253,6 +254,14 @@ static void *stream_main(void *arg) {
     } else if (j.kind == JOB_FAIL) {
       snprintf(c->async_err, sizeof c->async_err, "%s stream: a copy failed asynchronously (injected fault)",
                self == RT_STREAM_D2H ? "D2H" : "H2D");
+    } else if (j.kind == JOB_KERNEL) {
+      pthread_mutex_unlock(&c->mu);
+      char kerr[160] = "";
+      const rt_HostOp *op = j.src; /* JOB_KERNEL: a host op */
+      int krc = op->fn(op->args, kerr, sizeof kerr);
+      lock(c);
+      if (krc != 0 && !c->async_err[0])
+        snprintf(c->async_err, sizeof c->async_err, "host stream: a host op failed: %s", kerr[0] ? kerr : "no message");
     } else if (j.kind == JOB_HANG) {
       while (!atomic_load(&c->stop)) pthread_cond_wait(&st->cv, &c->mu);
     } else if (j.kind == JOB_RECORD) {
@@ -362,7 +371,7 @@ static void cpu_flush(void *ctx, int stream) {
   Stream *st = &c->streams[stream];
   lock(c);
   mark_blocked(c, st);
-  bool wake = !poller_alive(c) && claim_wake(c, st);
+  bool wake = (!poller_alive(c) || stream == RT_STREAM_HOST) && claim_wake(c, st);
   pthread_mutex_unlock(&c->mu);
   if (wake) pthread_cond_signal(&st->cv);
 }
@@ -372,11 +381,11 @@ static void cpu_close(void *ctx) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   atomic_store(&c->stop, true);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_signal(&c->streams[s].cv);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++) pthread_cond_signal(&c->streams[s].cv);
   pthread_mutex_unlock(&c->mu);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++)
     if (c->streams[s].started) pthread_join(c->streams[s].thread, NULL);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_destroy(&c->streams[s].cv);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++) pthread_cond_destroy(&c->streams[s].cv);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv_host);
   rt_pool_close(c->pool);
@@ -401,7 +410,7 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
   pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC); /* timeouts are not moved by clock changes */
   pthread_cond_init(&c->cv_host, &monotonic);
   pthread_condattr_destroy(&monotonic);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) pthread_cond_init(&c->streams[s].cv, NULL);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++) pthread_cond_init(&c->streams[s].cv, NULL);
   c->debug = debug;
   c->delay_us = delay_us;
   c->dev = xalloc_arena(arena_bytes);
@@ -414,12 +423,12 @@ static int cpu_open(void **ctx, int64_t arena_bytes, int64_t host_bytes, int nev
              (long long)host_bytes);
     return RT_ENOMEM;
   }
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) {
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++) {
     c->streams[s].owner = c;
     c->streams[s].seed = seed * 2654435761u + (unsigned)s;
     if (rt_fault_hit(RT_FAULT_ALLOC) || pthread_create(&c->streams[s].thread, NULL, stream_main, &c->streams[s]) != 0) {
       cpu_close(c);
-      snprintf(err, errlen, "cannot start a copy-stream thread");
+      snprintf(err, errlen, "cannot start a stream thread");
       return RT_EBACKEND;
     }
     c->streams[s].started = true;
@@ -482,6 +491,13 @@ static int cpu_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool pr
   return RT_OK;
 }
 
+static int cpu_host_launch(void *ctx, rt_HostOp *op, char *err, size_t errlen) {
+  Cpu *c = ctx;
+  int rc = gone(c, err, errlen);
+  if (rc != RT_OK) return rc;
+  return enqueue(c, RT_STREAM_HOST, (Job){.kind = JOB_KERNEL, .src = op}, err, errlen);
+}
+
 static int cpu_copy(void *ctx, int stream, void *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
   Cpu *c = ctx;
   int rc = gone(c, err, errlen);
@@ -511,15 +527,17 @@ static int cpu_record(void *ctx, int stream, int event, char *err, size_t errlen
   if (rc != RT_OK) return rc;
   lock(c);
   uint64_t target = ++c->issued[event];
-  bool wake[3] = {false, false, false};
+  bool wake[4] = {false, false, false, false};
   if (stream == RT_STREAM_COMPUTE && !c->compute_hung) {
     atomic_store(&c->done[event], target);
-    /* The calling thread is the only host waiter: only streams can sleep here. */
+    /* The calling thread is the only host waiter: only streams can sleep
+     * here. A poller looks at the copy streams only, never the host's. */
     bool polled = poller_alive(c);
-    for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) wake[s] = !polled && claim_wake(c, &c->streams[s]);
+    for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++)
+      wake[s] = (!polled || s == RT_STREAM_HOST) && claim_wake(c, &c->streams[s]);
   }
   pthread_mutex_unlock(&c->mu);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++)
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++)
     if (wake[s]) pthread_cond_signal(&c->streams[s].cv);
   if (stream == RT_STREAM_COMPUTE) return RT_OK;
   return enqueue(c, stream, (Job){.kind = JOB_RECORD, .event = event, .target = target}, err, errlen);
@@ -552,12 +570,13 @@ static int cpu_sync(void *ctx, char *err, size_t errlen) {
   if (rc != RT_OK) return rc;
   struct timespec deadline;
   bool has = deadline_of(c, &deadline);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D; s++) cpu_flush(c, s);
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST; s++) cpu_flush(c, s);
   lock(c);
-  for (int s = RT_STREAM_D2H; s <= RT_STREAM_H2D && rc == RT_OK; s++)
+  for (int s = RT_STREAM_D2H; s <= RT_STREAM_HOST && rc == RT_OK; s++)
     while (rc == RT_OK && (atomic_load(&c->streams[s].count) > 0 || c->streams[s].busy))
       if (!host_wait_until(c, has, &deadline))
-        rc = timed_out(c, s == RT_STREAM_D2H ? "the D2H stream" : "the H2D stream", err, errlen);
+        rc = timed_out(c, s == RT_STREAM_D2H ? "the D2H stream" : s == RT_STREAM_H2D ? "the H2D stream" : "the host stream",
+                       err, errlen);
   /* A hung kernel: nothing on the compute stream completes again. */
   while (rc == RT_OK && c->compute_hung)
     if (!host_wait_until(c, has, &deadline)) rc = timed_out(c, "the compute stream", err, errlen);
@@ -592,6 +611,7 @@ const rt_Backend rt_backend_cpu = {
     .find_kernel = cpu_find_kernel,
     .kernel_ctx = cpu_kernel_ctx,
     .launch = cpu_launch,
+    .host_launch = cpu_host_launch,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .record = cpu_record,

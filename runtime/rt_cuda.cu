@@ -1,6 +1,7 @@
 /*
- * rt_cuda.cu - the CUDA backend of libration: the three schedule streams are
- * CUDA streams, schedule events are CUDA events (recorded and waited for
+ * rt_cuda.cu - the CUDA backend of libration: the four schedule streams are
+ * CUDA streams (the host stream's ops run as host functions on it, CUDA's
+ * own host thread, over the pinned host arena), schedule events are CUDA events (recorded and waited for
  * exactly where the emitted tables say), the device arena is one cudaMalloc
  * and the host arena one cudaMallocHost, both made at open. Kernels are the
  * CUDA kernels of kernels_cuda.h, launched on the compute stream with the
@@ -24,7 +25,7 @@ extern "C" {
 namespace {
 
 struct Cuda {
-  cudaStream_t st[3];
+  cudaStream_t st[4];
   cudaEvent_t *ev;
   int nevents;
   unsigned char *dev, *host;
@@ -33,7 +34,9 @@ struct Cuda {
   rt_CudaKernelCtx *kctx;
   cudaEvent_t *marks; /* RT_OPEN_PROFILE: a start and an end event per compute step */
   int nmarks;
-  cudaEvent_t span[2], joined[2]; /* a step's start and end; the copy streams' last work */
+  cudaEvent_t span[2], joined[3]; /* a step's start and end; the other streams' last work */
+  char host_err[160];       /* a host op's failure, written by the host function */
+  volatile int host_failed; /* set after host_err; reported at the next synchronize */
   bool debug;
   unsigned seed, delay_us;
   unsigned timeout_ms; /* rt_Options.timeout_ms: a synchronize polls until then; 0 blocks */
@@ -87,19 +90,19 @@ __global__ void spin_kernel(long long ns) {
 void cuda_close(void *ctx) {
   Cuda *c = (Cuda *)ctx;
   if (!c) return;
-  for (int s = 0; s < 3 && !c->hung; s++)
+  for (int s = 0; s < 4 && !c->hung; s++)
     if (c->st[s]) cudaStreamSynchronize(c->st[s]);
   if (c->kctx) rt_cuda_kernel_ctx_destroy(c->kctx);
   for (int i = 0; c->ev && i < c->nevents; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   for (int i = 0; i < 2 * c->nmarks; i++)
     if (c->marks[i]) cudaEventDestroy(c->marks[i]);
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++)
     if (c->span[i]) cudaEventDestroy(c->span[i]);
+  for (int i = 0; i < 3; i++)
     if (c->joined[i]) cudaEventDestroy(c->joined[i]);
-  }
   free(c->marks);
-  for (int s = 0; s < 3; s++)
+  for (int s = 0; s < 4; s++)
     if (c->st[s]) cudaStreamDestroy(c->st[s]);
   if (c->dev) cudaFree(c->dev);
   if (c->host) cudaFreeHost(c->host);
@@ -108,12 +111,10 @@ void cuda_close(void *ctx) {
 }
 
 int cuda_open_inner(Cuda *c, int64_t arena_bytes, int64_t host_bytes, char *err, size_t errlen) {
-  for (int s = 0; s < 3; s++) CK(cudaStreamCreateWithFlags(&c->st[s], cudaStreamNonBlocking), "stream");
+  for (int s = 0; s < 4; s++) CK(cudaStreamCreateWithFlags(&c->st[s], cudaStreamNonBlocking), "stream");
   for (int i = 0; i < c->nevents; i++) CK(cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming), "event");
-  for (int i = 0; i < 2; i++) {
-    CK(cudaEventCreate(&c->span[i]), "event");
-    CK(cudaEventCreateWithFlags(&c->joined[i], cudaEventDisableTiming), "event");
-  }
+  for (int i = 0; i < 2; i++) CK(cudaEventCreate(&c->span[i]), "event");
+  for (int i = 0; i < 3; i++) CK(cudaEventCreateWithFlags(&c->joined[i], cudaEventDisableTiming), "event");
   size_t db = (size_t)(arena_bytes > 0 ? arena_bytes : 256);
   CK(cudaMalloc((void **)&c->dev, db), "cudaMalloc of the device arena");
   CK(cudaMemset(c->dev, 0, db), "memset");
@@ -173,6 +174,25 @@ int cuda_launch(void *ctx, rt_KernelFn fn, const rt_KernelArgs *a, bool profile,
     return RT_EKERNEL;
   }
   if (profile) CK(cudaStreamSynchronize(c->st[RT_STREAM_COMPUTE]), "kernel");
+  return RT_OK;
+}
+
+/* A host op on CUDA's host thread: it must call no CUDA function. */
+void CUDART_CB cuda_host_op(void *data) {
+  rt_HostOp *op = (rt_HostOp *)data;
+  Cuda *c = (Cuda *)op->backend;
+  char kerr[128] = "";
+  if (op->fn(op->args, kerr, sizeof kerr) != 0 && !c->host_failed) {
+    snprintf(c->host_err, sizeof c->host_err, "host op failed: %s", kerr[0] ? kerr : "no message");
+    __sync_synchronize();
+    c->host_failed = 1;
+  }
+}
+
+int cuda_host_launch(void *ctx, rt_HostOp *op, char *err, size_t errlen) {
+  Cuda *c = (Cuda *)ctx;
+  op->backend = c;
+  CK(cudaLaunchHostFunc(c->st[RT_STREAM_HOST], cuda_host_op, op), "host op");
   return RT_OK;
 }
 
@@ -253,13 +273,13 @@ double cuda_marked_seconds(void *ctx, int slot) {
   return 1e-3 * ms;
 }
 
-/* The end waits for both copy streams, so the span covers every copy the
- * step issued, waited for or not. */
+/* The end waits for the copy and host streams, so the span covers every
+ * copy and host op the step issued, waited for or not. */
 int cuda_span(void *ctx, bool end, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
   cudaStream_t compute = c->st[RT_STREAM_COMPUTE];
   if (end)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
       CK(cudaEventRecord(c->joined[k], c->st[RT_STREAM_D2H + k]), "step end");
       CK(cudaStreamWaitEvent(compute, c->joined[k], 0), "step end");
     }
@@ -302,9 +322,15 @@ int cuda_sync(void *ctx, char *err, size_t errlen) {
   Cuda *c = (Cuda *)ctx;
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int s = 0; s < 3; s++) {
+  for (int s = 0; s < 4; s++) {
     int rc = cuda_stream_idle(c, s, &t0, err, errlen);
     if (rc != RT_OK) return rc;
+  }
+  if (c->host_failed) {
+    __sync_synchronize();
+    snprintf(err, errlen, "%s", c->host_err);
+    c->host_failed = 0;
+    return RT_EKERNEL;
   }
   char kerr[256] = "";
   if (rt_cuda_kernel_ctx_status(c->kctx, kerr, sizeof kerr) != 0) {
@@ -335,7 +361,7 @@ void cuda_set_timeout(void *ctx, unsigned ms) {
 /* warm_up: cuBLASLt descriptors and algorithms are chosen per shape on a
  * matmul's first call, so rt_open runs the schedule once. */
 const rt_Backend cuda_backend = {
-    "cuda",    true,        cuda_open, cuda_close, cuda_find_kernel, cuda_kernel_ctx, cuda_launch,
+    "cuda",    true,        cuda_open, cuda_close, cuda_find_kernel, cuda_kernel_ctx, cuda_launch, cuda_host_launch,
     cuda_copy, cuda_fill,   cuda_record, cuda_wait, cuda_sync,       cuda_upload,     cuda_download,
     NULL, /* copy rates: not measured on the GPU yet */
     NULL, /* flush: a CUDA stream starts what it is given */

@@ -113,7 +113,7 @@ else fail "hostile names: .sched.c and .sched.h build with -Wall -Wextra -Werror
 entry=ration_schedule_$(printf '%s' "$evil" | tr -c 'A-Za-z0-9' '_')
 defined=$(nm --defined-only "$tmp/h.o" | awk '$2 ~ /^[A-Z]$/ { print $3 }')
 directives=$(grep '^[[:space:]]*\(#\|??=\|%:\)' "$tmp/h.sched.c" | tr '\n' '|')
-want='#include <stdint.h>|#ifndef RATION_SCHED_ABI|#define RATION_SCHED_ABI 3|#endif|'
+want='#include <stdint.h>|#ifndef RATION_SCHED_ABI|#define RATION_SCHED_ABI 4|#endif|'
 want="$want#define RT_SCHED_LEN(table) ((int32_t)(sizeof(table) / sizeof(table)[0]))|"
 if [ "$defined" = "$entry" ] && [ "$directives" = "$want" ]; then
   ok "hostile -o: one external symbol, the entry point; no directive but the schedule's own"

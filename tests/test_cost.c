@@ -45,6 +45,15 @@ int main(void) {
     T_CHECK(near(cost_h2d_seconds(d, 1000), 2e-3));
     T_CHECK(cost_h2d_seconds(d, 0) == 0);
   }
+  T_CASE("host op time: bytes over the host's bandwidth, no launch, measured device time ignored") {
+    /* dev.json's host: 2e6 B/s; act is measured on the device. */
+    const Op *fc1 = &g->ops[graph_find_op(g, "fc1")], *act = &g->ops[graph_find_op(g, "act")];
+    T_CHECK(fc1->bytes > 0 && near(cost_host_op_seconds(g, d, graph_find_op(g, "fc1")), fc1->bytes / 2e6));
+    T_CHECK(near(cost_host_op_seconds(g, d, graph_find_op(g, "act")), act->bytes / 2e6));
+    Device none = *d;
+    none.host_memory_gbps = 0;
+    T_CHECK(cost_host_op_seconds(g, &none, graph_find_op(g, "fc1")) == -1);
+  }
   T_CASE("f16 and integer ops fall back to f32") {
     const char *t = "{\"format\": \"ration-graph/1\", \"tensors\": ["
                     "{\"name\": \"a\", \"shape\": [4], \"dtype\": \"f16\"},"

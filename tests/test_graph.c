@@ -233,6 +233,17 @@ static void derived(void) {
   graph_free(g);
 }
 
+/* A device file with only the required members and MEMBERS after them,
+ * parsed as d.json. */
+static Device *minimal_device_with(const char *members, Err *e) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"format\": \"ration-device/1\", \"name\": \"d\", \"memory\": \"1TiB\", "
+           "\"peak_tflops\": {\"f32\": 1}, \"hbm_gbps\": 1, \"h2d_gbps\": 1, \"d2h_gbps\": 1%s}",
+           members);
+  return device_parse("d.json", text, strlen(text), e);
+}
+
 static void device(void) {
   Err e = {{0}};
   Device *d = device_load("tests/data/dev.json", &e);
@@ -243,8 +254,33 @@ static void device(void) {
     T_CHECK(d->memory == 1048576 && d->reserve == 4096 && d->host_memory == 16000000);
     T_CHECK(d->peak_tflops[DT_BF16] == 2e-6 && d->peak_tflops[DT_F32] == 1e-6 && d->peak_tflops[DT_F16] == 0);
     T_CHECK(d->hbm_gbps == 0.001 && d->h2d_gbps == 0.0005 && d->d2h_gbps == 0.00025 && d->launch_us == 1.5);
+    T_CHECK(d->host_memory_gbps == 0.002 && d->host_cores == 2);
   }
   device_free(d);
+  /* Host compute figures: both or neither, each > 0, whole cores; a
+   * profile without them (every file before them) has no host compute. */
+  static const struct {
+    const char *members, *error;
+  } host[] = {
+      {"", NULL},
+      {", \"host_memory_gbps\": 400, \"host_cores\": 112", NULL},
+      {", \"host_memory_gbps\": 400", "d.json: host_cores: missing (host_memory_gbps needs it)"},
+      {", \"host_cores\": 4", "d.json: host_memory_gbps: missing (host_cores needs it)"},
+      {", \"host_memory_gbps\": 0, \"host_cores\": 4", "d.json: host_memory_gbps: must be > 0"},
+      {", \"host_memory_gbps\": 1, \"host_cores\": 0", "d.json: host_cores: "},
+      {", \"host_memory_gbps\": 1, \"host_cores\": 2.5", "d.json: host_cores: "},
+      {", \"host_memory_gbps\": 1, \"host_cores\": 2000000", "d.json: host_cores: must be at most 1048576"},
+  };
+  for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+    e.msg[0] = 0;
+    d = minimal_device_with(host[i].members, &e);
+    T_CASE(host[i].members[0] ? host[i].members : "no host compute figures") {
+      if (host[i].error) T_CHECKF(!d && strncmp(e.msg, host[i].error, strlen(host[i].error)) == 0, "%s", e.msg);
+      else T_CHECKF(d && (i == 0 ? d->host_memory_gbps == 0 && d->host_cores == 0
+                                 : d->host_memory_gbps == 400 && d->host_cores == 112), "%s", e.msg);
+    }
+    device_free(d);
+  }
   /* Sizes as the device file states them. */
   static const struct {
     const char *json;
@@ -261,12 +297,9 @@ static void device(void) {
       {"0", 0},
   };
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    char text[512];
-    snprintf(text, sizeof text,
-             "{\"format\": \"ration-device/1\", \"name\": \"d\", \"memory\": \"1TiB\", \"host_memory\": %s, "
-             "\"peak_tflops\": {\"f32\": 1}, \"hbm_gbps\": 1, \"h2d_gbps\": 1, \"d2h_gbps\": 1}",
-             sizes[i].json);
-    d = device_parse("s.json", text, strlen(text), &e);
+    char members[64];
+    snprintf(members, sizeof members, ", \"host_memory\": %s", sizes[i].json);
+    d = minimal_device_with(members, &e);
     T_CASE(sizes[i].json) T_CHECKF(d && d->host_memory == sizes[i].bytes, "%s", d ? "wrong value" : e.msg);
     device_free(d);
   }

@@ -5,7 +5,8 @@
  * host-homes some, and the plan fits the budget and passes the
  * simulator's checks; an infeasible budget names a smallest budget below
  * the ilp's own, and a plan is made at it; on a unified_memory device
- * nothing is host-homed and the refusal is the ilp's own.
+ * nothing is host-homed and the refusal is the ilp's own; with host
+ * compute the optimizer moves to the host only where that is faster.
  */
 #include "ration.h"
 #include "test.h"
@@ -65,6 +66,27 @@ int main(void) {
                  graph_kind_name(g->tensors[t].kind));
   }
   plan_free(p);
+  /* The same budget on a device with host compute: the optimizer goes to
+   * the host where the simulator says the step is faster (a host as fast
+   * as the device's memory), never where it is slower (a crawling host). */
+  int host_ops[2] = {-1, -1};
+  double steps[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    Device h = *d;
+    h.host_memory_gbps = k ? 50 : 1e-6, h.host_cores = 1;
+    Plan *q = plan_make(g, &h, &o, &e);
+    if (!q) continue;
+    host_ops[k] = 0;
+    for (int t = 0; t < g->ntensors; t++) host_ops[k] += q->decisions[t] == DEC_HOST_OPTIMIZER;
+    steps[k] = q->predicted.step_seconds;
+    T_CASE(k ? "a fast host: optimizer ops on the host, the plan valid and within the budget"
+             : "a crawling host: no optimizer op on the host")
+      T_CHECKF(k ? host_ops[k] > 0 && q->arena_bytes <= o.budget_bytes && sim_check(q, g, &e) == 0 : host_ops[k] == 0,
+               "%d host ops %s", host_ops[k], e.msg);
+    plan_free(q);
+  }
+  T_CASE("the host optimizer's plan is the faster") T_CHECKF(host_ops[0] == 0 && host_ops[1] > 0 && steps[1] < steps[0],
+                                                             "%g s against %g s", steps[1], steps[0]);
   o.budget_bytes = 1;
   e.msg[0] = 0;
   p = plan_make(g, d, &o, &e);

@@ -24,7 +24,8 @@
 static const char *const seeds[] = {"tests/fuzz/seeds/gpt2-micro-offload-all.sched.c",
                                     "tests/fuzz/seeds/gpt2-micro-checkpoint-layers.sched.c",
                                     "tests/fuzz/seeds/llama-micro-offload-all.sched.c",
-                                    "tests/fuzz/seeds/mlp-sqrt-n.sched.c"};
+                                    "tests/fuzz/seeds/mlp-sqrt-n.sched.c",
+                                    "tests/fuzz/seeds/gpt2-micro-host-optimizer.sched.c"};
 
 static bool load(const char *path, SchedText *t) {
   Err e;
@@ -131,10 +132,9 @@ static void corrupt_buffers(Tally *t, SchedText *x) {
     }
     BAD(t, w, r->space, -1, 2);
     BAD(t, w, r->home, -1, 2, INT32_MAX);
-    /* A second home, none, or one on an activation or on the host for a grad or input. */
+    /* A second home, none, or one on an activation or on the host for an input. */
     BAD(t, w, r->home, !r->home);
-    if (r->tensor >= 0 && s->tensors[r->tensor].kind != 1 && s->tensors[r->tensor].kind != 3 && r->home)
-      BAD(t, w, r->space, RT_SPACE_HOST);
+    if (r->tensor >= 0 && s->tensors[r->tensor].kind == 0 && r->home) BAD(t, w, r->space, RT_SPACE_HOST);
     if (r->tensor < 0) BAD(t, w, r->home, 1);
     BAD(t, w, r->bytes, -1, INT64_MAX, cap + 1);
     BAD(t, w, r->offset, -1, INT64_MAX, cap - r->bytes + 1);
@@ -178,8 +178,8 @@ static void corrupt_steps(Tally *t, SchedText *x) {
     rt_SchedStep *r = &x->steps[i];
     bool compute = r->kind == RT_STEP_COMPUTE;
     snprintf(w, sizeof w, "steps[%d]", i);
-    BAD(t, w, r->kind, -1, 5, INT32_MAX);
-    BAD(t, w, r->stream, -1, 3);
+    BAD(t, w, r->kind, -1, 7, INT32_MAX);
+    BAD(t, w, r->stream, -1, 4, r->stream == RT_STREAM_HOST ? RT_STREAM_COMPUTE : RT_STREAM_HOST);
     BAD(t, w, r->op, -2, s->nops, INT32_MIN);
     BAD(t, w, r->recompute, -1, 2);
     BAD(t, w, r->io0, -2, s->nstep_io, INT32_MAX);

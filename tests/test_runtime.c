@@ -325,17 +325,22 @@ static void prove_graph(const char *graph_path, const char *device_path, const c
 
 /* Every param host-homed (host-refetch where it is read in the forward and
  * again after it, else host) and every optimizer state host-homed, over the
- * stashed decisions BASE: the plan from those decisions. */
-static Plan *homed_plan(const Graph *g, const Device *d, const Decision *base, int *nhomed, Err *e) {
+ * stashed decisions BASE, and with HOST_OPT every grad whose optimizer op
+ * may run on the host decided so (*nhost of them): the plan from those
+ * decisions. */
+static Plan *homed_plan(const Graph *g, const Device *d, const Decision *base, bool host_opt, int *nhomed, int *nhost,
+                        Err *e) {
   Decision *dec = calloc((size_t)g->ntensors + 1, sizeof *dec);
-  *nhomed = 0;
+  *nhomed = *nhost = 0;
   for (int t = 0; t < g->ntensors; t++) {
     dec[t] = base ? base[t] : g->tensors[t].stashed ? DEC_KEEP : DEC_NONE;
     if (!graph_is_resident(&g->tensors[t])) continue;
     dec[t] = plan_home_allowed(g, t, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH
              : plan_home_allowed(g, t, DEC_HOST)       ? DEC_HOST
+             : host_opt && plan_home_allowed(g, t, DEC_HOST_OPTIMIZER) ? DEC_HOST_OPTIMIZER
                                                        : DEC_NONE;
-    *nhomed += dec[t] != DEC_NONE;
+    *nhomed += dec[t] != DEC_NONE && dec[t] != DEC_HOST_OPTIMIZER;
+    *nhost += dec[t] == DEC_HOST_OPTIMIZER;
   }
   Plan *p = plan_from_decisions(g, d, dec, e);
   free(dec);
@@ -344,10 +349,12 @@ static Plan *homed_plan(const Graph *g, const Device *d, const Decision *base, i
 
 /* Params and optimizer state host-homed (homed_plan), over keep-all's
  * stashed decisions and over the ilp's at the midpoint between its smallest
- * budget and keep-all: 3 debug steps bitwise equal to keep-all, the
- * runtime's device and host high-water marks equal to the simulator's
- * peaks, and the device peak below keep-all's by at least the optimizer
- * state (which is on the device only around its update). */
+ * budget and keep-all, each with the optimizer on the device and, where
+ * the graph lets it (no EMA reading a param after its update), on the
+ * host: 3 debug steps bitwise equal to keep-all, the runtime's device and
+ * host high-water marks equal to the simulator's peaks, and over keep-all
+ * the device peak below keep-all's by at least the optimizer state (which
+ * is on the device only around its update, or never). */
 static void prove_homes(const char *graph_path, const char *device_path, int *planned) {
   Err e = {{0}};
   Graph *g;
@@ -369,13 +376,23 @@ static void prove_homes(const char *graph_path, const char *device_path, int *pl
   if (s) run_schedule(s, g, 0, &ref);
   T_CASE("keep-all reference runs") T_CHECKF(s && ref.status == RT_OK, "%s %s", why, ref.err);
   if (h) dlclose(h);
-  for (int k = 0; k < 2; k++) {
-    int nhomed = 0;
-    Plan *p = homed_plan(g, d, k ? (ilp ? ilp->decisions : NULL) : keep->decisions, &nhomed, &e);
+  for (int v = 0; v < 4; v++) {
+    int nhomed = 0, nhost = 0, k = v % 2;
+    bool host_opt = v >= 2;
+    Plan *p = homed_plan(g, d, k ? (ilp ? ilp->decisions : NULL) : keep->decisions, host_opt, &nhomed, &nhost, &e);
+    if (host_opt && p && nhost == 0) {
+      /* Only where an EMA reads every updated param after its update. */
+      bool ema = false;
+      for (int i = 0; i < g->nops; i++) ema |= strcmp(g->ops[i].type, "ema") == 0;
+      T_CASE("no optimizer op may run on the host only with an EMA") T_CHECKF(ema, "%s", g->name);
+      plan_free(p);
+      continue;
+    }
     char label[400], name[64];
-    snprintf(label, sizeof label, "%s on %s: params and optimizer state host-homed over %s, 3 debug steps", g->name,
-             d->name, k ? "the ilp's decisions at its midpoint" : "keep-all");
-    snprintf(name, sizeof name, "homes_%d", k);
+    snprintf(label, sizeof label, "%s on %s: params and optimizer state host-homed over %s, optimizer on the %s, "
+             "3 debug steps", g->name, d->name, k ? "the ilp's decisions at its midpoint" : "keep-all",
+             host_opt ? "host" : "device");
+    snprintf(name, sizeof name, "homes_%d", v);
     SimResult sr;
     Err se = {{0}};
     int simrc = p ? sim_run(p, g, d, false, &sr, &se) : -1;
@@ -396,8 +413,8 @@ static void prove_homes(const char *graph_path, const char *device_path, int *pl
         if (k == 0)
           T_CHECKF(sr.peak_live_bytes <= keep_peak - optstate + most, "peak %lld, keep-all %lld, optimizer state %lld",
                    (long long)sr.peak_live_bytes, (long long)keep_peak, (long long)optstate);
-        printf("# %s: %d host-homed, device peak %lld (keep-all %lld), host peak %lld\n", label, nhomed,
-               (long long)sr.peak_live_bytes, (long long)keep_peak, (long long)sr.peak_host_bytes);
+        printf("# %s: %d host-homed, %d optimizer ops on the host, device peak %lld (keep-all %lld), host peak %lld\n",
+               label, nhomed, nhost, (long long)sr.peak_live_bytes, (long long)keep_peak, (long long)sr.peak_host_bytes);
         (*planned)++;
       }
     }
@@ -582,7 +599,7 @@ int main(void) {
   static const char slow_json[] =
       "{\"format\": \"ration-device/1\", \"name\": \"cpu-slow-copies\", \"memory\": \"8GiB\", \"reserve\": 0,\n"
       " \"peak_tflops\": {\"bf16\": 0.02, \"f32\": 0.02}, \"hbm_gbps\": 10, \"h2d_gbps\": 0.1, \"d2h_gbps\": 0.1,\n"
-      " \"launch_us\": 1, \"host_memory\": \"8GiB\"}\n";
+      " \"launch_us\": 1, \"host_memory\": \"8GiB\", \"host_memory_gbps\": 5, \"host_cores\": 2}\n";
   Err e = {{0}};
   T_CASE("slow-copy device written") T_CHECKF(util_write_file_atomic(slow, slow_json, sizeof slow_json - 1, &e) == 0, "%s", e.msg);
   prove_loss_chunks("budgets/cpu.json");

@@ -30,13 +30,14 @@ static const char *tiny_graph =
     "  {\"name\": \"b3\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [\"a2\"], \"outputs\": [\"da2\"], \"flops\": 1e6, \"bytes\": 0},"
     "  {\"name\": \"b2\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [\"da2\", \"a1\"], \"outputs\": [\"da1\"], \"flops\": 1e6, \"bytes\": 0},"
     "  {\"name\": \"b1\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [\"da1\", \"x\"], \"outputs\": [\"gw\"], \"flops\": 1e6, \"bytes\": 0},"
-    "  {\"name\": \"opt\", \"type\": \"t\", \"phase\": \"optimizer\", \"inputs\": [\"w\", \"gw\"], \"outputs\": [\"w\"], \"flops\": 1e6, \"bytes\": 0}]}";
+    "  {\"name\": \"opt\", \"type\": \"t\", \"phase\": \"optimizer\", \"inputs\": [\"w\", \"gw\"], \"outputs\": [\"w\"], \"flops\": 1e6, \"bytes\": 1000}]}";
 
-/* 1 TFLOP/s: every op takes 1 us (plus 1 us launch); copies at 1 GB/s. */
+/* 1 TFLOP/s: every op takes 1 us (plus 1 us launch); copies at 1 GB/s;
+ * the host streams 1 GB/s, so opt (1000 bytes) takes 1 us there. */
 static const char *tiny_device =
     "{\"format\": \"ration-device/1\", \"name\": \"tiny-dev\", \"memory\": \"1MiB\", \"reserve\": 0,"
     " \"peak_tflops\": {\"f32\": 1}, \"hbm_gbps\": 1000, \"h2d_gbps\": 1, \"d2h_gbps\": 1, \"launch_us\": 1,"
-    " \"host_memory\": \"1GiB\"}";
+    " \"host_memory\": \"1GiB\", \"host_memory_gbps\": 1, \"host_cores\": 1}";
 
 static Graph *g;
 static Device *d;
@@ -201,6 +202,109 @@ int main(void) {
     plan_free(p);
     T_CHECK(!homed(DEC_HOST_REFETCH, DEC_HOST, &e) && strstr(e.msg, "cannot take decision host")); /* nor a grad */
   }
+  T_CASE("opt on the host: gw copied to its home after b1 and waited for, opt runs there, its wait ends the step") {
+    Plan *p = homed(DEC_HOST, DEC_HOST_OPTIMIZER, &e);
+    T_CHECKF(p != NULL, "%s", e.msg);
+    if (p) {
+      static const StepKind kinds[] = {STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_COMPUTE,     STEP_COMPUTE,
+                                       STEP_COMPUTE,  STEP_COMPUTE,       STEP_COMPUTE,     STEP_COMPUTE,
+                                       STEP_OFFLOAD,  STEP_OFFLOAD_WAIT,  STEP_HOST_COMPUTE, STEP_HOST_WAIT};
+      bool same = p->nsteps == 12;
+      for (int s = 0; same && s < 12; s++) same = p->steps[s].kind == kinds[s];
+      T_CHECK(same);
+      int opt = graph_find_op(g, "opt"), w = graph_find_tensor(g, "w"), gw = graph_find_tensor(g, "gw");
+      if (same) {
+        const Step *hc = &p->steps[10];
+        /* opt reads and writes the homes; gw's copy goes from the buffer b1 wrote. */
+        T_CHECK(hc->op == opt && p->steps[11].op == opt);
+        T_CHECK(p->buffers[hc->inputs[0]].home && p->buffers[hc->inputs[0]].tensor == w);
+        T_CHECK(p->buffers[hc->inputs[1]].home && p->buffers[hc->inputs[1]].space == SPACE_HOST &&
+                p->buffers[hc->inputs[1]].tensor == gw && p->steps[8].to == hc->inputs[1]);
+        T_CHECK(hc->outputs[0] == hc->inputs[0] && p->steps[8].from == p->steps[7].outputs[0]);
+      }
+      /* w's device copy lives over f1 only, gw's device buffer from the
+       * start to its offload_wait: 16 below keep-all's 212 at b3. */
+      static const int64_t want[] = {48, 48, 80, 128, 132, 196, 164, 68, 36, 36, 20, 20};
+      T_CHECK(trace_is(p, want, 12));
+      T_CHECKF(p->host_bytes == PLAN_ALIGNMENT + 16 && p->predicted.peak_live_bytes == 196, "%lld", (long long)p->host_bytes);
+      p->budget_bytes = 1 << 20;
+      SimResult r;
+      T_CHECK(sim_run(p, g, d, false, &r, &e) == 0);
+      /* Six 2 us device ops, two 16 ns copies waited for, 1 us of host AdamW waited for at the end. */
+      T_CHECKF(fabs(r.step_seconds - 13.032e-6) < 1e-15 && fabs(r.host_seconds - 1e-6) < 1e-15 &&
+                   fabs(r.compute_seconds - 12e-6) < 1e-15 && fabs(r.stall_seconds - 1.032e-6) < 1e-15,
+               "step %g host %g compute %g stall %g", r.step_seconds, r.host_seconds, r.compute_seconds, r.stall_seconds);
+      sim_result_free(&r);
+      /* ration-plan/1 carries the decision and the host steps: read back, the same plan. */
+      Buf a = {0}, b = {0};
+      Plan *q = emit_plan_json(p, g, &a) == 0 ? plan_parse("h.plan.json", a.data, a.len, g, &e) : NULL;
+      T_CHECKF(q && emit_plan_json(q, g, &b) == 0 && a.len == b.len && memcmp(a.data, b.data, a.len) == 0, "%s", e.msg);
+      T_CHECK(strstr(a.data, "\"gw\": \"host-optimizer\"") && strstr(a.data, "{\"do\": \"host_compute\", \"op\": \"opt\"") &&
+              strstr(a.data, "{\"do\": \"host_compute_wait\", \"op\": \"opt\"}"));
+      plan_free(q);
+      buf_free(&a);
+      buf_free(&b);
+      /* Schedule ABI 4: opt on the host stream after the compute stream
+       * reached it and gw's copy landed; the compute stream waits for it. */
+      Buf c = {0};
+      T_CHECKF(emit_c_source(p, g, "h", &c, &e) == 0, "%s", e.msg);
+      T_CHECK(c.data && strstr(c.data, "{RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 6, 0, ") &&
+              strstr(c.data, "{RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 6, 0, -1, -1, -1, -1, "));
+      buf_free(&c);
+    }
+    plan_free(p);
+  }
+  T_CASE("host-optimizer needs the optimizer's other operands host-homed and a device with host compute") {
+    T_CHECK(!homed(DEC_NONE, DEC_HOST_OPTIMIZER, &e) && strstr(e.msg, "\"w\", which \"opt\" updates, is not host-homed"));
+    Device none = *d;
+    none.host_memory_gbps = 0;
+    Decision dec[8];
+    for (int t = 0; t < 8; t++) dec[t] = DEC_KEEP;
+    dec[graph_find_tensor(g, "w")] = DEC_HOST;
+    dec[graph_find_tensor(g, "gw")] = DEC_HOST_OPTIMIZER;
+    T_CHECK(!plan_from_decisions(g, &none, dec, &e) && strstr(e.msg, "gives no host compute"));
+    /* Only a grad read by one optimizer op takes it. */
+    T_CHECK(plan_home_allowed(g, graph_find_tensor(g, "gw"), DEC_HOST_OPTIMIZER));
+    T_CHECK(!plan_home_allowed(g, graph_find_tensor(g, "w"), DEC_HOST_OPTIMIZER));
+  }
+  T_CASE("rules of host ops") {
+    Plan *p = homed(DEC_HOST, DEC_HOST_OPTIMIZER, &e);
+    T_CHECK(p && p->nsteps == 12);
+    if (p && p->nsteps == 12) {
+      p->budget_bytes = 1 << 20;
+      Step ow = p->steps[9], hc = p->steps[10];
+      /* opt before gw's copy landed. */
+      p->steps[9] = hc, p->steps[10] = ow;
+      T_CHECK(rejected(p, "host_compute reads the home of \"gw\" before its copy landed"));
+      p->steps[9] = ow, p->steps[10] = hc;
+      /* opt reads gw's device buffer. */
+      int home = hc.inputs[1];
+      p->steps[10].inputs[1] = p->steps[8].from;
+      T_CHECK(rejected(p, "must read and write the host homes of its operands (\"gw\")"));
+      p->steps[10].inputs[1] = home;
+      /* gw never copied to its home: opt would read last step's grad. */
+      Step off = p->steps[8], hw = p->steps[11];
+      p->steps[8] = hc, p->steps[9] = hw, p->nsteps = 10;
+      T_CHECK(rejected(p, "before the value the device wrote is copied there"));
+      p->steps[8] = off, p->steps[9] = ow, p->steps[10] = hc, p->steps[11] = hw, p->nsteps = 12;
+      /* The wait missing, or for an op not on the host. */
+      p->nsteps--;
+      T_CHECK(rejected(p, "host_compute of \"opt\" is never waited for"));
+      p->nsteps++;
+      p->steps[11].op = graph_find_op(g, "b1");
+      T_CHECK(rejected(p, "host_compute_wait for op 5, which has no host_compute in flight"));
+      p->steps[11].op = graph_find_op(g, "opt");
+      /* A prefetch of w from its home after opt updated it there. */
+      int dev = plan_add_buffer(p, graph_find_tensor(g, "w"), -1, 16, SPACE_DEVICE);
+      Step *pf = plan_add_step(p, STEP_PREFETCH);
+      pf->from = hc.outputs[0], pf->to = dev;
+      T_CHECK(rejected(p, "prefetch of \"w\" from its home after a host op updated it"));
+      /* A copy of w back over the update. */
+      pf->kind = STEP_OFFLOAD, pf->from = p->steps[0].to, pf->to = hc.outputs[0];
+      T_CHECK(rejected(p, "copies \"w\" over the update a host op made in its home"));
+    }
+    plan_free(p);
+  }
   T_CASE("rule: a host-homed tensor written but not copied back") {
     Plan *p = homed(DEC_HOST, DEC_NONE, &e);
     T_CHECK(p != NULL);
@@ -251,7 +355,7 @@ int main(void) {
     z->to = p->steps[5].to;
     T_CHECK(rejected(p, "a second time"));
     z->to = p->steps[0].outputs[0]; /* a1 */
-    T_CHECK(rejected(p, "not a grad's device home"));
+    T_CHECK(rejected(p, "not a grad's device buffer"));
     plan_free(p);
   }
   T_CASE("rule: a read of a buffer nothing wrote") {
