@@ -78,6 +78,7 @@ typedef struct Search {
   Decision *alt;    /* scratch: act with the optimizer on the host */
   Decision *best;   /* the fastest fitting decisions so far */
   double best_step; /* its simulated step; < 0: none */
+  bool best_on_host; /* best runs optimizer ops on the host */
   SolverInfo si;    /* the ilp's run behind best */
   int last_k;       /* the last try's prefix and activation budget, and its arena: */
   int64_t last_budget, last_arena; /* a solve is not repeated */
@@ -85,13 +86,14 @@ typedef struct Search {
 
 /* A plan from DEC that fits the budget and is faster than the best so far
  * becomes the best; its arena, or -1 when there is no plan. */
-static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si) {
+static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si, bool on_host) {
   Err e = {{0}};
   Plan *p = plan_from_decisions(s->g, s->d, dec, &e);
   if (!p) return -1;
   int64_t arena = p->arena_bytes;
   if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
     s->best_step = p->predicted.step_seconds;
+    s->best_on_host = on_host;
     memcpy(s->best, dec, (size_t)s->g->ntensors * sizeof *s->best);
     s->si = *si;
   }
@@ -122,10 +124,10 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
   if (plan_decide_ilp(g, &dd, &po, s->act, &si, &e)) return -1;
   for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
-  int64_t arena = consider(s, s->act, &si);
+  int64_t arena = consider(s, s->act, &si, false);
   memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
   if (arena >= 0 && s->d->host_memory_gbps > 0 && host_optimizer_all(g, s->alt) > 0) {
-    int64_t other = consider(s, s->alt, &si);
+    int64_t other = consider(s, s->alt, &si, true);
     if (other >= 0 && other < arena) arena = other;
   }
   return s->last_arena = arena;
@@ -176,11 +178,15 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   int64_t least = ncand > 0 ? plan_ilp_min_budget(g, d, o, note, &me) : -1;
   if (least < 0) goto out; /* the ilp's own error stands */
   /* The fewest candidates whose bytes cover what the ilp alone lacks, else
-   * all the optimizer state, else everything: the first that fits. */
+   * all the optimizer state, else everything: the first that fits. A plan
+   * that fits only with the optimizer on the host (its grads leave the
+   * device after their last accumulation) may be slower than one with more
+   * homes and the optimizer on the device: while the best runs optimizer
+   * ops on the host, the next prefix is tried too and the faster wins. */
   int k1 = 1;
   while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
   int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
-  for (int i = 0; i < 3 && s.best_step < 0; i++)
+  for (int i = 0; i < 3 && (s.best_step < 0 || s.best_on_host); i++)
     if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
   if (s.best_step < 0) {
     /* The smallest budget with every candidate home: the ilp's smallest
