@@ -521,6 +521,7 @@ static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64
 }
 
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+  si->min_budget_known = false;
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -663,6 +664,9 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       snprintf(si->status, sizeof si->status, "feasible");
       if (!si->note[0]) snprintf(si->note, sizeof si->note, "%s", mm_note);
     } else {
+      /* min_memory_plan with GOAL_MEMORY, as plan_ilp_min_budget's. */
+      si->min_budget_known = true;
+      si->min_budget = mm_ok ? mm_arena : -1;
       no_plan_error(g, d, o->budget_bytes, proven_least_peak(g, mm_goal == GOAL_MEMORY ? mm_proven : 0), m, mm_note, e);
       goto out;
     }
