@@ -253,12 +253,34 @@ static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
   w->cut_x = w->cut_val = NULL, w->cut_ind = NULL;
 }
 
+/* GLPK's most fractional column (the one nearest to x.5, the first of
+ * ties) and its branch toward the nearer integer; 0 when none. */
+static int most_fractional(glp_tree *T, int n, int *next) {
+  glp_prob *P = glp_ios_get_prob(T);
+  int chosen = 0;
+  double most = DBL_MAX;
+  for (int j = 1; j <= n; j++) {
+    if (!glp_ios_can_branch(T, j)) continue;
+    double x = glp_get_col_prim(P, j), half = floor(x) + 0.5;
+    if (most > fabs(x - half)) {
+      chosen = j, most = fabs(x - half);
+      *next = x < half ? GLP_DN_BRNCH : GLP_UP_BRNCH;
+    }
+  }
+  return chosen;
+}
+
 /* Driebeck-Tomlin branching, as GLPK's own (GLP_BR_DTH): for every
  * fractional column, the objective's change in one dual simplex step
  * toward each branch, from its row of the simplex tableau; the column
  * whose larger change is largest, its branch of the smaller change next;
- * when no change reaches 1e-6 (1 + 0.001 |z|) the choice is left to GLPK,
- * which then takes the most fractional column. GLPK computes each tableau
+ * when no change reaches 1e-6 (1 + 0.001 |z|), the most fractional column
+ * (most_fractional), which is GLPK's choice then too: left to GLPK, it
+ * would first compute every tableau row again, only to reach the same
+ * fallback: the memory-minimizing tree, whose peak objective leaves most
+ * changes at 0, spent 9 of 20 stack samples in GLPK's tableau rows on
+ * cond-16 of bench/gen_graph.py, 4 of 24 this way (the one row a node
+ * GLPK computes for itself). GLPK computes each tableau
  * row with glp_eval_tab_row, which reads
  * every non-basic column of the matrix: 22% of unet f = 0's run. Here the
  * row is summed over the rows where B^-T e_p is not zero. Measured side
@@ -319,7 +341,9 @@ static void glpk_branch(glp_tree *T, GlpkOwned *w) {
       if (degrad == DBL_MAX) break;
     }
   }
-  if (chosen && degrad >= 1e-6 * (1 + 0.001 * fabs(glp_get_obj_val(P)))) glp_ios_branch_upon(T, chosen, next);
+  bool computed = rho && alfa && ind && val && row_ind && row_val;
+  if (computed && chosen && degrad < 1e-6 * (1 + 0.001 * fabs(glp_get_obj_val(P)))) chosen = most_fractional(T, n, &next);
+  if (computed && chosen) glp_ios_branch_upon(T, chosen, next);
   free(rho), free(alfa), free(ind), free(val), free(row_ind), free(row_val);
   w->rho = w->alfa = w->tab_val = w->row_val = NULL, w->tab_ind = w->row_ind = NULL;
 }

@@ -175,7 +175,9 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   }
   char note[sizeof si->note] = "";
   Err me = {{0}};
-  int64_t least = ncand > 0 ? plan_ilp_min_budget(g, d, o, note, &me) : -1;
+  int64_t least = ncand <= 0          ? -1
+                  : si->min_budget_known ? si->min_budget
+                                         : plan_ilp_min_budget(g, d, o, note, &me);
   if (least < 0) goto out; /* the ilp's own error stands */
   /* The fewest candidates whose bytes cover what the ilp alone lacks, else
    * all the optimizer state, else everything: the first that fits. A plan

@@ -299,6 +299,11 @@ typedef struct SolverInfo {
   char status[16]; /* optimal feasible time_limit not_used */
   double objective, bound, gap, seconds;
   char note[640]; /* what went wrong on the way to a plan that still stands; not in the plan file */
+  /* When the ilp found no plan: the smallest budget it planned on the way
+   * (plan_ilp_min_budget's answer, from the same counted solve, so a
+   * caller need not solve it again; < 0: none); not in the plan file. */
+  bool min_budget_known;
+  int64_t min_budget;
 } SolverInfo;
 
 typedef struct Predicted {
