@@ -149,6 +149,40 @@ static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
   try_homes(s, k, home_bytes, least);
 }
 
+int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
+  int64_t resident, working, homeable = 0;
+  int at;
+  if (d->unified_memory || o->device_homes_only) return -1;
+  if (info_lower_bound(g, &resident, &working, &at)) return 0; /* out of memory: no bound claimed */
+  /* A host-homed tensor is on the device only around its uses; the op
+   * that uses it then has it in its working set, which the bound leaves out
+   * (so the bound stays below every plan, if not tight). */
+  /* A grad whose optimizer may run on the host leaves the device after
+   * its last accumulation: it may be off the device at that op too. */
+  for (int t = 0; t < g->ntensors; t++)
+    if (plan_home_allowed(g, t, DEC_HOST) || plan_home_allowed(g, t, DEC_HOST_OPTIMIZER)) homeable += g->tensors[t].bytes;
+  return homeable > 0 ? resident - homeable + working : -1;
+}
+
+/* No prefix fits: "infeasible" only below the bound that holds with every
+ * home open (plan_homes_least_peak), else what was not found; either way
+ * REACH, the smallest budget this search planned. */
+static void refuse(const Graph *g, const Device *d, const PlanOptions *o, int64_t reach, Err *e) {
+  int64_t least = plan_homes_least_peak(g, d, o);
+  char b1[32], b2[32], b3[32];
+  util_fmt_bytes(o->budget_bytes, b1, sizeof b1);
+  util_fmt_bytes(reach, b2, sizeof b2);
+  if (o->budget_bytes < least)
+    err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s: no plan below %" PRId64 " bytes (%s) exists in the"
+               " schedule family, params and optimizer state on the host included; the smallest budget planned is %" PRId64
+               " bytes (%s)",
+            g->path, o->budget_bytes, b1, d->name, least, util_fmt_bytes(least, b3, sizeof b3), reach, b2);
+  else
+    err_set(e, "%s: no plan found at %" PRId64 " bytes (%s) on %s even with params and optimizer state on the host"
+               "; the smallest budget planned is %" PRId64 " bytes (%s)",
+            g->path, o->budget_bytes, b1, d->name, reach, b2);
+}
+
 int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   /* Everything on the device when the ilp meets the budget so; on a
    * unified_memory device a host home saves nothing. */
@@ -194,12 +228,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     /* The smallest budget with every candidate home: the ilp's smallest
      * activations (at least) under them. */
     int64_t reach = try_homes(&s, ncand, bytes[ncand], least);
-    char b1[32], b2[32];
-    if (reach > 0)
-      err_set(e, "%s: budget %" PRId64 " bytes (%s) is infeasible on %s even with params and optimizer state on the host"
-                 "; the smallest budget planned is %" PRId64 " bytes (%s)",
-              g->path, o->budget_bytes, util_fmt_bytes(o->budget_bytes, b1, sizeof b1), d->name, reach,
-              util_fmt_bytes(reach, b2, sizeof b2));
+    if (reach > 0) refuse(g, d, o, reach, e);
     goto out;
   }
   memcpy(dec, s.best, (size_t)n * sizeof *dec);

@@ -474,6 +474,12 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
  * device, or where it finds no plan, the fewest params and optimizer state
  * host-homed (by a fixed order) that let it meet the budget. */
 int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e);
+/* The peak below which no plan of the ilp strategy exists once host homes
+ * are open to it (device not unified_memory, device_homes_only unset, some
+ * param or optimizer state may be host-homed): the resident bytes that
+ * cannot leave the device plus the largest working set of one op. -1 where
+ * homes are closed (the all-device bounds then hold), or out of memory. */
+int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */

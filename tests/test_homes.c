@@ -37,6 +37,12 @@ static int64_t named_smallest(const char *msg) {
   return at ? strtoll(at + strlen("the smallest budget planned is "), NULL, 10) : -1;
 }
 
+/* The bound a refusal claims ("no plan below N bytes"), or -1: none. */
+static int64_t claimed_bound(const char *msg) {
+  const char *at = strstr(msg, "no plan below ");
+  return at ? strtoll(at + strlen("no plan below "), NULL, 10) : -1;
+}
+
 static int count_homes(const Plan *p, const Graph *g) {
   int n = 0;
   for (int t = 0; t < g->ntensors; t++) n += p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH;
@@ -94,6 +100,32 @@ int main(void) {
   T_CASE("budget 1: a smallest budget below the ilp's own, with params and optimizer state on the host")
     T_CHECKF(!p && reach > 0 && reach < least - optstate / 2, "%s (the ilp alone: %" PRId64 ", optimizer state %" PRId64 ")",
              e.msg, least, optstate);
+  /* Every claimed bound is a proof over what the strategy can do, host
+   * homes included: never above a budget it plans. The ilp's own refusal
+   * (which stands where the homes search runs out of time) too. */
+  T_CASE("budget 1: the claimed bound is at or below the smallest budget planned")
+    T_CHECKF(claimed_bound(e.msg) > 0 && claimed_bound(e.msg) <= reach, "%s", e.msg);
+  {
+    Err ilp = {{0}};
+    Decision *all_device = calloc((size_t)g->ntensors, sizeof *all_device);
+    SolverInfo isi = {.name = "none", .status = "not_used"};
+    T_CASE("the ilp's own refusal, homes open: its bound at or below it")
+      T_CHECKF(plan_decide_ilp(g, d, &o, all_device, &isi, &ilp) && claimed_bound(ilp.msg) <= reach, "%s", ilp.msg);
+    free(all_device);
+  }
+  const double limits[] = {0.001, 0.01, 0.1};
+  for (int i = 0; i < 3; i++) {
+    PlanOptions lo = o;
+    lo.time_limit = limits[i];
+    for (int64_t b = 1; b < reach; b += (reach - 1) / 3) {
+      lo.budget_bytes = b;
+      e.msg[0] = 0;
+      Plan *q = plan_make(g, d, &lo, &e);
+      T_CASE("--time-limit: a refusal's claimed bound is at or below that smallest budget")
+        T_CHECKF(q || claimed_bound(e.msg) <= reach, "limit %g, budget %" PRId64 ": %s", limits[i], b, e.msg);
+      plan_free(q);
+    }
+  }
   o.budget_bytes = reach;
   p = reach > 0 ? plan_make(g, d, &o, &e) : NULL;
   T_CASE("a plan at that smallest budget") T_CHECKF(p && p->arena_bytes <= reach && count_homes(p, g) > 0, "%s", e.msg);

@@ -384,10 +384,13 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
 }
 
 /* The peak below which no plan exists: every resident byte and the largest
- * working set of one op, or what the memory-minimizing solve proved. */
-static int64_t proven_least_peak(const Graph *g, int64_t solved) {
-  int64_t resident, working;
+ * working set of one op, or what the memory-minimizing solve proved. Both
+ * hold only with everything resident on the device: where the ilp strategy
+ * may still host-home params and optimizer state, its own weaker bound. */
+static int64_t proven_least_peak(const Graph *g, const Device *d, const PlanOptions *o, int64_t solved) {
+  int64_t resident, working, homes = plan_homes_least_peak(g, d, o);
   int at;
+  if (homes >= 0) return homes;
   if (info_lower_bound(g, &resident, &working, &at)) return solved;
   return resident + working > solved ? resident + working : solved;
 }
@@ -676,7 +679,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       /* min_memory_plan with GOAL_MEMORY, as plan_ilp_min_budget's. */
       si->min_budget_known = true;
       si->min_budget = mm_ok ? mm_arena : -1;
-      no_plan_error(g, d, o->budget_bytes, proven_least_peak(g, mm_goal == GOAL_MEMORY ? mm_proven : 0), m, mm_note, e);
+      no_plan_error(g, d, o->budget_bytes, proven_least_peak(g, d, o, mm_goal == GOAL_MEMORY ? mm_proven : 0), m, mm_note, e);
       goto out;
     }
   }
