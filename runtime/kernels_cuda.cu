@@ -1607,33 +1607,7 @@ static int k_ema(const rt_KernelArgs *a, char *err, size_t errlen) {
 /* ------------------------------------------------------------ registry */
 
 static const rt_KernelEntry cuda_kernels[] = {
-  {"encoder", k_encoder},
-  {"encoder_backward", k_encoder_backward},
-  {"embedding", k_embedding},
-  {"embedding_backward", k_embedding_backward},
-  {"layernorm", k_layernorm},
-  {"layernorm_backward", k_layernorm_backward},
-  {"rmsnorm", k_rmsnorm},
-  {"rmsnorm_backward", k_rmsnorm_backward},
-  {"matmul", k_matmul},
-  {"matmul_backward", k_matmul_backward},
-  {"attention", k_attention},
-  {"attention_backward", k_attention_backward},
-  {"rope", k_rope},
-  {"rope_backward", k_rope_backward},
-  {"gelu", k_gelu},
-  {"gelu_backward", k_gelu_backward},
-  {"swiglu", k_swiglu},
-  {"swiglu_backward", k_swiglu_backward},
-  {"add", k_add},
-  {"crossentropy", k_crossentropy},
-  {"crossentropy_backward", k_crossentropy_backward},
-  {"adamw", k_adamw},
-  {"lora_add", k_lora_add},
-  {"lora_add_backward", k_lora_add_backward},
-  {"ema", k_ema},
-  {"slice", k_slice},
-  {"concat_rows", k_concat_rows},
+  RT_BUILTIN_KERNELS(RT_KERNEL_ENTRY)
   {NULL, NULL},
 };
 
