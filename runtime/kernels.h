@@ -73,6 +73,17 @@ typedef struct rt_KernelEntry {
 extern const rt_KernelEntry rt_cpu_kernels[];
 int rt_kernel_register(const char *type, rt_KernelFn fn);
 rt_KernelFn rt_kernel_find(const char *type);
+/* libration's own, not for users: a table of registered kernels, CAP
+ * slots, *N in use (the CPU registry's and the CUDA backend's custom
+ * kernels). put replaces TYPE's function or appends it (0; -1 when TYPE is
+ * empty or too long, FN is NULL or the table is full); find returns TYPE's
+ * function or NULL. */
+typedef struct rt_KernelSlot {
+  char type[RT_KERNEL_NAME_MAX + 1];
+  rt_KernelFn fn;
+} rt_KernelSlot;
+int rt_kernel_slot_put(rt_KernelSlot *slots, int *n, int cap, const char *type, rt_KernelFn fn);
+rt_KernelFn rt_kernel_slot_find(const rt_KernelSlot *slots, int n, const char *type);
 /* The value of attribute `key`, or dflt when the op does not carry it. */
 double rt_attr(const rt_KernelArgs *a, const char *key, double dflt);
 /* The outputs of a backward op that may leave some gradients out (a frozen

@@ -1614,30 +1614,17 @@ static const rt_KernelEntry cuda_kernels[] = {
 /* Custom CUDA kernels, looked up before the built-ins so that they can
  * replace them; registered before steps run, as on the CPU. */
 #define CUSTOM_CAP 64
-static struct {
-  char type[RT_KERNEL_NAME_MAX + 1];
-  rt_KernelFn fn;
-} custom[CUSTOM_CAP];
+static rt_KernelSlot custom[CUSTOM_CAP];
 static int ncustom;
 
 extern "C" int rt_cuda_kernel_register(const char *type, rt_KernelFn fn) {
-  size_t len = type ? strlen(type) : 0;
-  if (len == 0 || len > RT_KERNEL_NAME_MAX || !fn) return -1;
-  for (int i = 0; i < ncustom; i++)
-    if (strcmp(custom[i].type, type) == 0) {
-      custom[i].fn = fn;
-      return 0;
-    }
-  if (ncustom == CUSTOM_CAP) return -1;
-  memcpy(custom[ncustom].type, type, len + 1);
-  custom[ncustom++].fn = fn;
-  return 0;
+  return rt_kernel_slot_put(custom, &ncustom, CUSTOM_CAP, type, fn);
 }
 
 extern "C" rt_KernelFn rt_cuda_kernel_find(const char *type) {
   if (!type) return NULL;
-  for (int i = 0; i < ncustom; i++)
-    if (strcmp(custom[i].type, type) == 0) return custom[i].fn;
+  rt_KernelFn fn = rt_kernel_slot_find(custom, ncustom, type);
+  if (fn) return fn;
   for (const rt_KernelEntry *e = cuda_kernels; e->type; e++)
     if (strcmp(e->type, type) == 0) return e->fn;
   return NULL;
