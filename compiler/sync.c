@@ -117,7 +117,7 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
   t->stream = util_xcalloc((size_t)ns + 1, sizeof *t->stream);
   t->wait_start = util_xcalloc((size_t)ns + 1, sizeof *t->wait_start);
   t->event = util_xcalloc((size_t)ns + 1, sizeof *t->event);
-  int cap = 0, *cand = NULL;
+  int cap = 0, *cand = NULL, rc = -1;
   if (!acc || !clock || !offload_of || !prefetch_of || !host_of || !t->stream || !t->wait_start || !t->event ||
       overlaps_build(p, &ov) < 0)
     goto nomem;
@@ -232,18 +232,13 @@ int sync_derive(const Plan *p, const Graph *g, SyncTable *t, Err *e) {
   for (int i = 0; i < t->nwaits; i++) t->event[t->waits[i]] = -2;
   for (int s = 0; s < ns; s++)
     if (t->event[s] == -2) t->event[s] = t->nevents++;
-  free(cand);
-  free(acc);
-  free(clock);
-  free(offload_of);
-  free(prefetch_of);
-  free(host_of);
-  free(ov.start);
-  free(ov.list);
-  return 0;
+  rc = 0;
+  goto out;
 nomem:
   err_set(e, "%s: out of memory deriving stream waits", g->path ? g->path : g->name);
 fail:
+  sync_free(t);
+out:
   free(cand);
   free(acc);
   free(clock);
@@ -252,8 +247,7 @@ fail:
   free(host_of);
   free(ov.start);
   free(ov.list);
-  sync_free(t);
-  return -1;
+  return rc;
 }
 
 void sync_free(SyncTable *t) {

@@ -10,28 +10,33 @@
 
 #define REGISTRY_CAP 256
 
-typedef struct {
-  char type[RT_KERNEL_NAME_MAX + 1];
-  rt_KernelFn fn;
-} Slot;
-
-static Slot registry[REGISTRY_CAP];
+static rt_KernelSlot registry[REGISTRY_CAP];
 static int registry_n;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-static int put(const char *type, rt_KernelFn fn) {
-  size_t len = strlen(type);
+int rt_kernel_slot_put(rt_KernelSlot *slots, int *n, int cap, const char *type, rt_KernelFn fn) {
+  size_t len = type ? strlen(type) : 0;
   if (len == 0 || len > RT_KERNEL_NAME_MAX || !fn) return -1;
-  for (int i = 0; i < registry_n; i++)
-    if (strcmp(registry[i].type, type) == 0) {
-      registry[i].fn = fn;
+  for (int i = 0; i < *n; i++)
+    if (strcmp(slots[i].type, type) == 0) {
+      slots[i].fn = fn;
       return 0;
     }
-  if (registry_n == REGISTRY_CAP) return -1;
-  memcpy(registry[registry_n].type, type, len + 1);
-  registry[registry_n].fn = fn;
-  registry_n++;
+  if (*n == cap) return -1;
+  memcpy(slots[*n].type, type, len + 1);
+  slots[*n].fn = fn;
+  (*n)++;
   return 0;
+}
+
+rt_KernelFn rt_kernel_slot_find(const rt_KernelSlot *slots, int n, const char *type) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(slots[i].type, type) == 0) return slots[i].fn;
+  return NULL;
+}
+
+static int put(const char *type, rt_KernelFn fn) {
+  return rt_kernel_slot_put(registry, &registry_n, REGISTRY_CAP, type, fn);
 }
 
 /* Built-ins go in first so that a custom registration of the same name,
@@ -49,9 +54,7 @@ int rt_kernel_register(const char *type, rt_KernelFn fn) {
 rt_KernelFn rt_kernel_find(const char *type) {
   if (!type) return NULL;
   pthread_once(&builtins_once, load_builtins);
-  for (int i = 0; i < registry_n; i++)
-    if (strcmp(registry[i].type, type) == 0) return registry[i].fn;
-  return NULL;
+  return rt_kernel_slot_find(registry, registry_n, type);
 }
 
 double rt_attr(const rt_KernelArgs *a, const char *key, double dflt) {

@@ -60,10 +60,30 @@ typedef struct rt_KernelEntry {
   const char *type;
   rt_KernelFn fn;
 } rt_KernelEntry;
+/* Every built-in op type, as X(name): each backend defines a kernel k_name
+ * for each and builds its table of entries (RT_KERNEL_ENTRY) from this
+ * list, so the backends cover the same op types. */
+#define RT_BUILTIN_KERNELS(X) \
+  X(encoder) X(encoder_backward) X(embedding) X(embedding_backward) X(layernorm) X(layernorm_backward) \
+  X(rmsnorm) X(rmsnorm_backward) X(matmul) X(matmul_backward) X(attention) X(attention_backward) X(rope) \
+  X(rope_backward) X(gelu) X(gelu_backward) X(swiglu) X(swiglu_backward) X(add) X(crossentropy) \
+  X(crossentropy_backward) X(adamw) X(lora_add) X(lora_add_backward) X(ema) X(slice) X(concat_rows)
+#define RT_KERNEL_ENTRY(op) {#op, k_##op},
 /* The built-in CPU kernels (kernels_cpu.c), terminated by {NULL, NULL}. */
 extern const rt_KernelEntry rt_cpu_kernels[];
 int rt_kernel_register(const char *type, rt_KernelFn fn);
 rt_KernelFn rt_kernel_find(const char *type);
+/* libration's own, not for users: a table of registered kernels, CAP
+ * slots, *N in use (the CPU registry's and the CUDA backend's custom
+ * kernels). put replaces TYPE's function or appends it (0; -1 when TYPE is
+ * empty or too long, FN is NULL or the table is full); find returns TYPE's
+ * function or NULL. */
+typedef struct rt_KernelSlot {
+  char type[RT_KERNEL_NAME_MAX + 1];
+  rt_KernelFn fn;
+} rt_KernelSlot;
+int rt_kernel_slot_put(rt_KernelSlot *slots, int *n, int cap, const char *type, rt_KernelFn fn);
+rt_KernelFn rt_kernel_slot_find(const rt_KernelSlot *slots, int n, const char *type);
 /* The value of attribute `key`, or dflt when the op does not carry it. */
 double rt_attr(const rt_KernelArgs *a, const char *key, double dflt);
 /* The outputs of a backward op that may leave some gradients out (a frozen

@@ -46,28 +46,13 @@ static int fail(char *err, size_t errlen, int code, const char *op, const char *
 /* A kernel's work split into ranges [i0, i1) of N items, each range
  * computed by FN(CTX, i0, i1): the whole range at once without a pool,
  * else chunks of at least GRAIN items spread over its threads. */
-typedef void (*RangeFn)(const void *ctx, int64_t i0, int64_t i1);
-typedef struct {
-  RangeFn fn;
-  const void *ctx;
-  int64_t n, chunk;
-} Ranges;
-
-static void range_task(void *arg, int64_t task, float *scratch) {
-  const Ranges *r = arg;
-  (void)scratch;
-  int64_t i0 = task * r->chunk, i1 = i0 + r->chunk < r->n ? i0 + r->chunk : r->n;
-  r->fn(r->ctx, i0, i1);
-}
-
-static void par_for(const rt_KernelArgs *a, int64_t n, int64_t grain, RangeFn fn, const void *ctx) {
+static void par_for(const rt_KernelArgs *a, int64_t n, int64_t grain, rt_PoolRange fn, const void *ctx) {
   rt_Pool *p = a->backend_ctx;
   if (!p || n <= grain) {
     fn(ctx, 0, n);
     return;
   }
-  Ranges r = {fn, ctx, n, rt_pool_chunk(n, grain)};
-  rt_pool_run(p, (n + r.chunk - 1) / r.chunk, range_task, &r);
+  rt_pool_ranges(p, n, grain, fn, NULL, ctx);
 }
 
 /* Elements per chunk: enough that a chunk outweighs handing it over. */
@@ -1226,32 +1211,6 @@ static int k_ema(const rt_KernelArgs *a, char *err, size_t errlen) {
 }
 
 const rt_KernelEntry rt_cpu_kernels[] = {
-  {"encoder", k_encoder},
-  {"encoder_backward", k_encoder_backward},
-  {"embedding", k_embedding},
-  {"embedding_backward", k_embedding_backward},
-  {"layernorm", k_layernorm},
-  {"layernorm_backward", k_layernorm_backward},
-  {"rmsnorm", k_rmsnorm},
-  {"rmsnorm_backward", k_rmsnorm_backward},
-  {"matmul", k_matmul},
-  {"matmul_backward", k_matmul_backward},
-  {"attention", k_attention},
-  {"attention_backward", k_attention_backward},
-  {"rope", k_rope},
-  {"rope_backward", k_rope_backward},
-  {"gelu", k_gelu},
-  {"gelu_backward", k_gelu_backward},
-  {"swiglu", k_swiglu},
-  {"swiglu_backward", k_swiglu_backward},
-  {"add", k_add},
-  {"crossentropy", k_crossentropy},
-  {"crossentropy_backward", k_crossentropy_backward},
-  {"adamw", k_adamw},
-  {"lora_add", k_lora_add},
-  {"lora_add_backward", k_lora_add_backward},
-  {"ema", k_ema},
-  {"slice", k_slice},
-  {"concat_rows", k_concat_rows},
+  RT_BUILTIN_KERNELS(RT_KERNEL_ENTRY)
   {NULL, NULL},
 };

@@ -1607,63 +1607,24 @@ static int k_ema(const rt_KernelArgs *a, char *err, size_t errlen) {
 /* ------------------------------------------------------------ registry */
 
 static const rt_KernelEntry cuda_kernels[] = {
-  {"encoder", k_encoder},
-  {"encoder_backward", k_encoder_backward},
-  {"embedding", k_embedding},
-  {"embedding_backward", k_embedding_backward},
-  {"layernorm", k_layernorm},
-  {"layernorm_backward", k_layernorm_backward},
-  {"rmsnorm", k_rmsnorm},
-  {"rmsnorm_backward", k_rmsnorm_backward},
-  {"matmul", k_matmul},
-  {"matmul_backward", k_matmul_backward},
-  {"attention", k_attention},
-  {"attention_backward", k_attention_backward},
-  {"rope", k_rope},
-  {"rope_backward", k_rope_backward},
-  {"gelu", k_gelu},
-  {"gelu_backward", k_gelu_backward},
-  {"swiglu", k_swiglu},
-  {"swiglu_backward", k_swiglu_backward},
-  {"add", k_add},
-  {"crossentropy", k_crossentropy},
-  {"crossentropy_backward", k_crossentropy_backward},
-  {"adamw", k_adamw},
-  {"lora_add", k_lora_add},
-  {"lora_add_backward", k_lora_add_backward},
-  {"ema", k_ema},
-  {"slice", k_slice},
-  {"concat_rows", k_concat_rows},
+  RT_BUILTIN_KERNELS(RT_KERNEL_ENTRY)
   {NULL, NULL},
 };
 
 /* Custom CUDA kernels, looked up before the built-ins so that they can
  * replace them; registered before steps run, as on the CPU. */
 #define CUSTOM_CAP 64
-static struct {
-  char type[RT_KERNEL_NAME_MAX + 1];
-  rt_KernelFn fn;
-} custom[CUSTOM_CAP];
+static rt_KernelSlot custom[CUSTOM_CAP];
 static int ncustom;
 
 extern "C" int rt_cuda_kernel_register(const char *type, rt_KernelFn fn) {
-  size_t len = type ? strlen(type) : 0;
-  if (len == 0 || len > RT_KERNEL_NAME_MAX || !fn) return -1;
-  for (int i = 0; i < ncustom; i++)
-    if (strcmp(custom[i].type, type) == 0) {
-      custom[i].fn = fn;
-      return 0;
-    }
-  if (ncustom == CUSTOM_CAP) return -1;
-  memcpy(custom[ncustom].type, type, len + 1);
-  custom[ncustom++].fn = fn;
-  return 0;
+  return rt_kernel_slot_put(custom, &ncustom, CUSTOM_CAP, type, fn);
 }
 
 extern "C" rt_KernelFn rt_cuda_kernel_find(const char *type) {
   if (!type) return NULL;
-  for (int i = 0; i < ncustom; i++)
-    if (strcmp(custom[i].type, type) == 0) return custom[i].fn;
+  rt_KernelFn fn = rt_kernel_slot_find(custom, ncustom, type);
+  if (fn) return fn;
   for (const rt_KernelEntry *e = cuda_kernels; e->type; e++)
     if (strcmp(e->type, type) == 0) return e->fn;
   return NULL;

@@ -280,22 +280,8 @@ static void store_f32(const rt_View *v, int64_t off, const float *src, int64_t n
 
 /* A kernel's work as ranges [i0, i1) of N items in chunks of at least
  * GRAIN, each on a pool thread with that thread's scratch. */
-typedef void (*SpanFn)(const void *ctx, int64_t i0, int64_t i1, float *scratch);
-typedef struct {
-  SpanFn fn;
-  const void *ctx;
-  int64_t n, chunk;
-} Spans;
-
-static void span_task(void *arg, int64_t task, float *scratch) {
-  const Spans *s = arg;
-  int64_t i0 = task * s->chunk, i1 = i0 + s->chunk < s->n ? i0 + s->chunk : s->n;
-  s->fn(s->ctx, i0, i1, scratch);
-}
-
-static void spans_run(rt_Pool *pool, int64_t n, int64_t grain, SpanFn fn, const void *ctx) {
-  Spans s = {fn, ctx, n, rt_pool_chunk(n, grain)};
-  rt_pool_run(pool, (n + s.chunk - 1) / s.chunk, span_task, &s);
+static void spans_run(rt_Pool *pool, int64_t n, int64_t grain, rt_PoolScratchRange fn, const void *ctx) {
+  rt_pool_ranges(pool, n, grain, NULL, fn, ctx);
 }
 
 /* Elements per chunk of an elementwise op, rows of C per chunk of a row op. */

@@ -76,6 +76,26 @@ int64_t rt_pool_chunk(int64_t n, int64_t grain) {
   return (n + tasks - 1) / tasks > 0 ? (n + tasks - 1) / tasks : 1;
 }
 
+typedef struct {
+  rt_PoolRange plain;
+  rt_PoolScratchRange with_scratch;
+  const void *ctx;
+  int64_t n, chunk;
+} Ranges;
+
+static void range_task(void *arg, int64_t task, float *scratch) {
+  const Ranges *r = arg;
+  int64_t i0 = task * r->chunk, i1 = i0 + r->chunk < r->n ? i0 + r->chunk : r->n;
+  if (r->with_scratch) r->with_scratch(r->ctx, i0, i1, scratch);
+  else r->plain(r->ctx, i0, i1);
+}
+
+void rt_pool_ranges(rt_Pool *p, int64_t n, int64_t grain, rt_PoolRange plain,
+                    rt_PoolScratchRange with_scratch, const void *ctx) {
+  Ranges r = {plain, with_scratch, ctx, n, rt_pool_chunk(n, grain)};
+  rt_pool_run(p, (n + r.chunk - 1) / r.chunk, range_task, &r);
+}
+
 static void take_tasks(rt_Pool *p, float *scratch) {
   int64_t i;
   while ((i = atomic_fetch_add(&p->next, 1)) < p->ntasks) {

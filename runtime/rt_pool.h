@@ -35,4 +35,12 @@ void rt_pool_run(rt_Pool *p, int64_t ntasks, rt_PoolTask fn, void *arg);
 #define RT_POOL_MAX_TASKS 16
 int64_t rt_pool_chunk(int64_t n, int64_t grain);
 
+/* A kernel's work as ranges [i0, i1) of N items, chunks of rt_pool_chunk(N,
+ * GRAIN) run on the pool: each by WITH_SCRATCH(CTX, i0, i1, scratch) where
+ * it is given (the running thread's scratch), else by PLAIN(CTX, i0, i1). */
+typedef void (*rt_PoolRange)(const void *ctx, int64_t i0, int64_t i1);
+typedef void (*rt_PoolScratchRange)(const void *ctx, int64_t i0, int64_t i1, float *scratch);
+void rt_pool_ranges(rt_Pool *p, int64_t n, int64_t grain, rt_PoolRange plain,
+                    rt_PoolScratchRange with_scratch, const void *ctx);
+
 #endif

@@ -211,8 +211,10 @@ static Plan *try_plan(const Graph *g, const Device *d, const char *strategy, int
 
 /* The smallest budget the strategy meets: the one its infeasibility error
  * names when it names one (the ilp does), else found by bisection to within
- * 2% of keep-all; -1 when it cannot even meet 130% of the keep-all peak. */
-static int64_t smallest_feasible(const Graph *g, const Device *d, const char *strategy, int64_t keep_peak) {
+ * 2% of keep-all; -1 when it cannot even meet 130% of the keep-all peak.
+ * *AT: the strategy's plan at that budget (NULL with -1), so that callers
+ * need not plan it again. */
+static int64_t smallest_feasible(const Graph *g, const Device *d, const char *strategy, int64_t keep_peak, Plan **at) {
   PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = 1, .time_limit = 5.0, .quiet = true};
   Err e = {{0}};
   Plan *p = plan_make(g, d, &po, &e);
@@ -220,18 +222,15 @@ static int64_t smallest_feasible(const Graph *g, const Device *d, const char *st
   long long m;
   plan_free(p);
   if (named && sscanf(named + strlen("the smallest budget planned is "), "%lld", &m) == 1 &&
-      (p = try_plan(g, d, strategy, (int64_t)m))) {
-    plan_free(p);
+      (*at = try_plan(g, d, strategy, (int64_t)m)))
     return (int64_t)m;
-  }
   int64_t lo = 0, hi = keep_peak + keep_peak / 20;
-  p = try_plan(g, d, strategy, hi);
-  if (!p) p = try_plan(g, d, strategy, hi = keep_peak + keep_peak * 3 / 10);
-  if (!p) return -1;
-  plan_free(p);
+  *at = try_plan(g, d, strategy, hi);
+  if (!*at) *at = try_plan(g, d, strategy, hi = keep_peak + keep_peak * 3 / 10);
+  if (!*at) return -1;
   while (hi - lo > keep_peak / 50) {
     int64_t mid = lo + (hi - lo) / 2;
-    if ((p = try_plan(g, d, strategy, mid))) hi = mid, plan_free(p);
+    if ((p = try_plan(g, d, strategy, mid))) hi = mid, plan_free(*at), *at = p;
     else lo = mid;
   }
   return hi;
@@ -249,9 +248,30 @@ static bool load_pair(const char *graph_path, const char *device_path, Graph **g
   return false;
 }
 
+/* What proving a graph on a device finds that prove_homes needs again for
+ * the same pair, so that it is planned and run once. */
+typedef struct {
+  Result ref;        /* keep-all's NSTEPS debug steps */
+  bool have_ref;     /* they ran (else why says what failed) */
+  char why[800];
+  Decision *ilp_mid; /* the ilp's decisions halfway from its smallest budget to keep-all, or NULL */
+} Proven;
+
+static Decision *copy_decisions(const Plan *p, const Graph *g) {
+  Decision *dec = calloc((size_t)g->ntensors + 1, sizeof *dec);
+  if (dec) memcpy(dec, p->decisions, (size_t)g->ntensors * sizeof *dec);
+  return dec;
+}
+
+static void proven_free(Proven *pv) {
+  free(pv->ref.blob);
+  free(pv->ilp_mid);
+}
+
 /* Every strategy, or only keep-all and ONLY, which must then recompute and
- * offload in one plan at least. */
-static void prove_graph(const char *graph_path, const char *device_path, const char *only, int *planned) {
+ * offload in one plan at least. PV (or NULL): what prove_homes reuses. */
+static void prove_graph(const char *graph_path, const char *device_path, const char *only, Proven *pv,
+                        int *planned) {
   bool mixed = false;
   Err e = {{0}};
   Graph *g;
@@ -268,12 +288,15 @@ static void prove_graph(const char *graph_path, const char *device_path, const c
     if (only && !keep && strcmp(st->name, only)) continue;
     /* keep-all once; every other strategy at its smallest feasible budget,
      * halfway to keep-all, and just under keep-all. */
-    int64_t lo = keep ? 2 * keep_peak : smallest_feasible(g, d, st->name, keep_peak);
+    Plan *smallest = NULL;
+    int64_t lo = keep ? 2 * keep_peak : smallest_feasible(g, d, st->name, keep_peak, &smallest);
     int64_t budgets[3] = {lo, lo + (keep_peak - lo) / 2, keep_peak - keep_peak / 20};
     for (int bi = 0; bi < (keep ? 1 : 3) && lo > 0; bi++) {
       if (bi > 0 && budgets[bi] <= budgets[bi - 1]) continue;
-      Plan *p = try_plan(g, d, st->name, budgets[bi]);
+      Plan *p = bi == 0 && smallest ? smallest : try_plan(g, d, st->name, budgets[bi]);
       if (!p) continue; /* a strategy need not be monotone in the budget */
+      if (pv && !pv->ilp_mid && !strcmp(st->name, "ilp") && budgets[bi] == budgets[1])
+        pv->ilp_mid = copy_decisions(p, g);
       bool rec = false, off = false;
       for (int i = 0; i < g->ntensors; i++) {
         rec |= p->decisions[i] == DEC_RECOMPUTE;
@@ -318,7 +341,13 @@ static void prove_graph(const char *graph_path, const char *device_path, const c
     }
   }
   if (only) T_CASE(graph_path) T_CHECKF(mixed, "no %s plan both recomputes and offloads", only);
-  free(ref.blob);
+  if (pv) {
+    pv->ref = ref;
+    pv->have_ref = have_ref;
+    if (!have_ref) snprintf(pv->why, sizeof pv->why, "the keep-all plan did not run");
+  } else {
+    free(ref.blob);
+  }
   graph_free(g);
   device_free(d);
 }
@@ -347,6 +376,23 @@ static Plan *homed_plan(const Graph *g, const Device *d, const Decision *base, b
   return p;
 }
 
+/* For a pair prove_graph has not proven: keep-all's steps and the ilp's
+ * decisions at the midpoint between its smallest budget and keep-all. */
+static void learn_homes_base(const Graph *g, const Device *d, int64_t keep_peak, const Plan *keep, Proven *pv) {
+  Plan *smallest = NULL;
+  int64_t lo = smallest_feasible(g, d, "ilp", keep_peak, &smallest);
+  plan_free(smallest);
+  Plan *ilp = lo > 0 ? try_plan(g, d, "ilp", lo + (keep_peak - lo) / 2) : NULL;
+  pv->ilp_mid = ilp ? copy_decisions(ilp, g) : NULL;
+  plan_free(ilp);
+  void *h = NULL;
+  const rt_Schedule *s = keep ? load_plan(keep, g, "homes_ref", &h, pv->why, sizeof pv->why) : NULL;
+  if (s) run_schedule(s, g, 0, &pv->ref);
+  pv->have_ref = s && pv->ref.status == RT_OK;
+  if (s && !pv->have_ref) snprintf(pv->why, sizeof pv->why, "%s", pv->ref.err);
+  if (h) dlclose(h);
+}
+
 /* Params and optimizer state host-homed (homed_plan), over keep-all's
  * stashed decisions and over the ilp's at the midpoint between its smallest
  * budget and keep-all, each with the optimizer on the device and, where
@@ -354,8 +400,9 @@ static Plan *homed_plan(const Graph *g, const Device *d, const Decision *base, b
  * host: 3 debug steps bitwise equal to keep-all, the runtime's device and
  * host high-water marks equal to the simulator's peaks, and over keep-all
  * the device peak below keep-all's by at least the optimizer state (which
- * is on the device only around its update, or never). */
-static void prove_homes(const char *graph_path, const char *device_path, int *planned) {
+ * is on the device only around its update, or never). PROVEN: what
+ * prove_graph found for the same pair, or NULL to find it here. */
+static void prove_homes(const char *graph_path, const char *device_path, const Proven *proven, int *planned) {
   Err e = {{0}};
   Graph *g;
   Device *d;
@@ -367,19 +414,18 @@ static void prove_homes(const char *graph_path, const char *device_path, int *pl
       most = g->tensors[t].bytes > most ? g->tensors[t].bytes : most;
     }
   Plan *keep = try_plan(g, d, "keep-all", 2 * keep_peak);
-  int64_t lo = smallest_feasible(g, d, "ilp", keep_peak);
-  Plan *ilp = lo > 0 ? try_plan(g, d, "ilp", lo + (keep_peak - lo) / 2) : NULL;
+  Proven own = {0};
+  if (!proven) learn_homes_base(g, d, keep_peak, keep, &own);
+  const Proven *pv = proven ? proven : &own;
+  const Result *ref = &pv->ref;
   void *h = NULL;
   char why[800] = "";
-  const rt_Schedule *s = keep ? load_plan(keep, g, "homes_ref", &h, why, sizeof why) : NULL;
-  Result ref = {0};
-  if (s) run_schedule(s, g, 0, &ref);
-  T_CASE("keep-all reference runs") T_CHECKF(s && ref.status == RT_OK, "%s %s", why, ref.err);
-  if (h) dlclose(h);
+  T_CASE("keep-all reference runs") T_CHECKF(pv->have_ref, "%s", pv->why);
   for (int v = 0; v < 4; v++) {
     int nhomed = 0, nhost = 0, k = v % 2;
     bool host_opt = v >= 2;
-    Plan *p = homed_plan(g, d, k ? (ilp ? ilp->decisions : NULL) : keep->decisions, host_opt, &nhomed, &nhost, &e);
+    const Decision *ilp = pv->ilp_mid;
+    Plan *p = homed_plan(g, d, k ? ilp : keep->decisions, host_opt, &nhomed, &nhost, &e);
     if (host_opt && p && nhost == 0) {
       /* Only where an EMA reads every updated param after its update. */
       bool ema = false;
@@ -397,7 +443,7 @@ static void prove_homes(const char *graph_path, const char *device_path, int *pl
     Err se = {{0}};
     int simrc = p ? sim_run(p, g, d, false, &sr, &se) : -1;
     Result r = {0};
-    s = p ? load_plan(p, g, name, &h, why, sizeof why) : NULL;
+    const rt_Schedule *s = p ? load_plan(p, g, name, &h, why, sizeof why) : NULL;
     if (s) run_schedule(s, g, 0, &r);
     T_CASE(label) {
       T_CHECKF(p && nhomed > 0 && (k == 0 || ilp), "%s", e.msg);
@@ -408,7 +454,7 @@ static void prove_homes(const char *graph_path, const char *device_path, int *pl
                  (long long)sr.peak_live_bytes);
         T_CHECKF(r.host_hwm == sr.peak_host_bytes, "runtime host high-water %lld, simulator %lld",
                  (long long)r.host_hwm, (long long)sr.peak_host_bytes);
-        T_CHECKF(ref.status == RT_OK && ref.n == r.n && !memcmp(ref.blob, r.blob, r.n),
+        T_CHECKF(pv->have_ref && ref->n == r.n && !memcmp(ref->blob, r.blob, r.n),
                  "params, grads, optimizer state or losses differ from keep-all after %d steps", NSTEPS);
         if (k == 0)
           T_CHECKF(sr.peak_live_bytes <= keep_peak - optstate + most, "peak %lld, keep-all %lld, optimizer state %lld",
@@ -424,9 +470,8 @@ static void prove_homes(const char *graph_path, const char *device_path, int *pl
     if (simrc == 0) sim_result_free(&sr);
     plan_free(p);
   }
-  free(ref.blob);
+  proven_free(&own);
   plan_free(keep);
-  plan_free(ilp);
   graph_free(g);
   device_free(d);
 }
@@ -588,8 +633,9 @@ int main(void) {
     return 1;
   }
   int planned = 0;
-  prove_graph("models/gpt2-tiny.json", "budgets/cpu.json", NULL, &planned);
-  prove_graph("models/llama-tiny.json", "budgets/cpu.json", NULL, &planned);
+  Proven gpt2_cpu = {0};
+  prove_graph("models/gpt2-tiny.json", "budgets/cpu.json", NULL, &gpt2_cpu, &planned);
+  prove_graph("models/llama-tiny.json", "budgets/cpu.json", NULL, NULL, &planned);
   /* gpt2 LoRA on every target it has, with an EMA; llama LoRA on q and v
    * (the default) with an EMA; gpt2 LoRA with the loss in 4 row blocks. */
   /* The cpu profile with copies 50 times slower: offloading costs, so the
@@ -623,12 +669,15 @@ int main(void) {
     T_CASE(variants[i].name) T_CHECKF(model_build(&variants[i], &b, &e) == 0 && util_write_file_atomic(path, b.data, b.len, &e) == 0,
                           "%s", e.msg);
     buf_free(&b);
-    prove_graph(path, slow, "ilp", &planned);
+    Proven pv = {0};
+    prove_graph(path, slow, "ilp", &pv, &planned);
     if (variants[i].ema_decay > 0) prove_ema(path, "budgets/cpu.json");
-    prove_homes(path, slow, &planned);
+    prove_homes(path, slow, &pv, &planned);
+    proven_free(&pv);
   }
-  prove_homes("models/gpt2-tiny.json", "budgets/cpu.json", &planned);
-  prove_homes("models/llama-tiny.json", slow, &planned);
+  prove_homes("models/gpt2-tiny.json", "budgets/cpu.json", &gpt2_cpu, &planned);
+  proven_free(&gpt2_cpu);
+  prove_homes("models/llama-tiny.json", slow, NULL, &planned);
   printf("# %d planned schedules proven against keep-all\n", planned);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

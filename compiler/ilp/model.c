@@ -334,6 +334,14 @@ bool ilp_offload_allowed(const Ilp *md, int t) { return md->colO[t] >= 0 && md->
 
 /* ------------------------------------------------------------ structure */
 
+/* Whether input K of O also appears earlier among its inputs: an op
+ * consumes a tensor once however many of its inputs name it. */
+static bool repeated_input(const Op *o, int k) {
+  for (int k2 = 0; k2 < k; k2++)
+    if (o->inputs[k2] == o->inputs[k]) return true;
+  return false;
+}
+
 static int build_consumers(Ilp *md) {
   const Graph *g = md->g;
   md->cons_first = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
@@ -347,9 +355,7 @@ static int build_consumers(Ilp *md) {
     const Op *o = &g->ops[i];
     if (o->phase != PHASE_FORWARD) continue;
     for (int k = 0; k < o->ninputs; k++) {
-      bool dup = false;
-      for (int k2 = 0; k2 < k; k2++) dup = dup || o->inputs[k2] == o->inputs[k];
-      if (!dup) md->cons_n[o->inputs[k]]++;
+      if (!repeated_input(o, k)) md->cons_n[o->inputs[k]]++;
     }
   }
   for (int t = 1; t < g->ntensors; t++) md->cons_first[t] = md->cons_first[t - 1] + md->cons_n[t - 1];
@@ -358,10 +364,8 @@ static int build_consumers(Ilp *md) {
     const Op *o = &g->ops[i];
     if (o->phase != PHASE_FORWARD) continue;
     for (int k = 0; k < o->ninputs; k++) {
-      bool dup = false;
-      for (int k2 = 0; k2 < k; k2++) dup = dup || o->inputs[k2] == o->inputs[k];
       int t = o->inputs[k];
-      if (!dup) md->cons[md->cons_first[t] + md->cons_n[t]++] = i;
+      if (!repeated_input(o, k)) md->cons[md->cons_first[t] + md->cons_n[t]++] = i;
     }
   }
   return 0;

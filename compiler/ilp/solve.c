@@ -56,10 +56,10 @@ static bool out_of_time(double deadline) { return deadline < HUGE_VAL && util_no
 
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
-/* One solve at a memory limit: the MILP warm-started from the best
- * baseline, the LP relaxation rounded if the MILP found nothing. */
-/* Starting points: every baseline in the strategy table, and everything
- * offloaded (reaches memory no baseline may, needs no re-run). */
+/* The starting points at LIMIT, into OUT, returned as their count: the
+ * decisions of each strategy in baselines[] that succeeds, and every
+ * stashed tensor offloaded (reaches memory no baseline may, needs no
+ * re-run). solve_at adds its extra decisions and the hint to them. */
 static int starts(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, Decision **out) {
   int n = 0;
   PlanOptions bo = *o;
