@@ -371,6 +371,8 @@ __global__ void encoder_backward_wpe_k(DV dwpe, DV dx, int64_t N, int64_t T, int
   }
 }
 
+#include "kernels_next.cuh"
+
 static int encoder_common(const rt_KernelArgs *a, char *err, size_t errlen, int with_pos, const char *OP) {
   REQUIRE(a->nout == 1 && a->nin == (with_pos ? 3 : 2), "want %d inputs and 1 output", with_pos ? 3 : 2);
   const rt_View *x = &a->out[0], *tok = &a->in[0], *wte = &a->in[1];
@@ -399,8 +401,9 @@ static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
   REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  encoder_backward_wte_k<<<(unsigned)dwte->shape[0], THREADS, ENC_LIST * sizeof(int), c->stream>>>(
-      dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
+  if (!next_kernels() || next_encoder_backward(c, dwte, dx, (const int *)tok->data, N, C))
+    encoder_backward_wte_k<<<(unsigned)dwte->shape[0], THREADS, ENC_LIST * sizeof(int), c->stream>>>(
+        dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
   if (dwpe) encoder_backward_wpe_k<<<nblocks(T * C, THREADS), THREADS, 0, c->stream>>>(dv(dwpe), dv(dx), N, T, C);
   return launched(err, errlen, OP);
 }
@@ -489,6 +492,8 @@ static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen
           (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
+  if (next_kernels() && !next_layernorm_backward(ctx_of(a), dx, dw, db, dy, x, w, mp, rp, N, C))
+    return launched(err, errlen, OP);
   if (dx)
     layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
   if (dw) colsum(ctx_of(a), dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
