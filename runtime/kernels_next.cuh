@@ -22,7 +22,10 @@
  * reference, in a different association (lanes, then a butterfly; rows
  * by warp, then by block), which the check's per-dtype tolerance covers.
  *
- * Both fall back to the default kernels where their assumptions fail:
+ * gelu, gelu_backward and add have their 16-byte-load versions beside
+ * the default ones in kernels_cuda.cu, under the same variable.
+ *
+ * All fall back to the default kernels where their assumptions fail:
  * rows not a multiple of 8 elements or not 16-byte aligned, C above
  * NEXT_LN_MAX_C, or scratch that does not fit the cuBLASLt workspace.
  */
