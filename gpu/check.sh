@@ -15,7 +15,8 @@
 #             bf16, fresh random inputs, outputs poisoned first, and
 #             run-to-run bitwise determinism (gpu/kernels_check.c); the
 #             attention cases again with RATION_CUDA_ATTENTION=wmma, the
-#             encoder and layernorm backward with RATION_CUDA_KERNELS=next
+#             encoder and layernorm backward, gelu and add with
+#             RATION_CUDA_KERNELS=next
 #   3 tiny    gpt2-tiny and llama-tiny: one debug-mode step against PyTorch
 #             float64 (tests/torch_step.py); keep-all vs the tight ilp (and
 #             offload-all) plan for 20 steps: loss bits and every param,
@@ -108,7 +109,7 @@ kernels() {
 }
 # The opt-in kernels of runtime/kernels_next.cuh (RATION_CUDA_KERNELS=next),
 # checked beside the defaults until they pass here; gpu/KERNELS.md.
-NEXT_OPS="encoder_backward embedding_backward layernorm_backward"
+NEXT_OPS="encoder_backward embedding_backward layernorm_backward gelu gelu_backward add"
 [ "$BACKEND" = cuda ] && stage kernels 120 "$OUT/kernels.txt" kernels
 [ -f "$OUT/kernels.txt" ] && log "kernels: $(grep -c '^PASS' "$OUT/kernels.txt") PASS, $(grep -c '^FAIL' "$OUT/kernels.txt") FAIL; $(grep '^FAIL' "$OUT/kernels.txt" | head -5 | tr '\n' ';')"
 [ -f "$OUT/kernels.txt" ] && log "kernels, RATION_CUDA_KERNELS=next: $(grep -c '^next PASS' "$OUT/kernels.txt") PASS, $(grep -c '^next FAIL' "$OUT/kernels.txt") FAIL; $(grep '^next FAIL' "$OUT/kernels.txt" | head -3 | tr '\n' ';')"
