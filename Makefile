@@ -124,7 +124,7 @@ run: $(LIBCUDA)
 SO_CUDA := $(CUDA_OBJ)
 SO_LIBS := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcudart -l:libstdc++.so.6
 endif
-$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/flash_mma.cuh runtime/kernels_cuda.h runtime/kernels.h \
+$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/flash_mma.cuh runtime/kernels_next.cuh runtime/kernels_cuda.h runtime/kernels.h \
                                 $(PIC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@

@@ -14,7 +14,9 @@
 #   2 kernels every CUDA kernel against the CPU reference kernel, f32 and
 #             bf16, fresh random inputs, outputs poisoned first, and
 #             run-to-run bitwise determinism (gpu/kernels_check.c); the
-#             attention cases again with RATION_CUDA_ATTENTION=wmma
+#             attention cases again with RATION_CUDA_ATTENTION=wmma, the
+#             encoder and layernorm backward, gelu and add with
+#             RATION_CUDA_KERNELS=next
 #   3 tiny    gpt2-tiny and llama-tiny: one debug-mode step against PyTorch
 #             float64 (tests/torch_step.py); keep-all vs the tight ilp (and
 #             offload-all) plan for 20 steps: loss bits and every param,
@@ -27,7 +29,8 @@
 #             intercepted, cudaMemGetInfo around rt_open, nvidia-smi sampled)
 #             vs the arena bytes a step wrote (canary), predicted vs measured
 #             step time, bitwise agreement with keep-all; keep-all again
-#             with the wmma attention (its losses next to mma's); then a
+#             with the wmma attention (its losses next to mma's) and with
+#             RATION_CUDA_KERNELS=next (gpu/KERNELS.md); then a
 #             profile-guided re-plan with the op times measured here
 #   5 torch   the same step in PyTorch eager, plain and checkpointed
 #   6 summary one table of the numbers above, printed last
@@ -101,10 +104,16 @@ log "build: $nbin binaries in $B/bin, $(grep -c '^PREBUILT' "$OUT/build.log") of
 # wmma kernels it replaced stay selectable and checked.
 kernels() {
   $B/bin/kernels_check
-  RATION_CUDA_ATTENTION=wmma $B/bin/kernels_check | grep '^[A-Z]* attention' | sed 's/^/wmma /'
+  RATION_CUDA_ATTENTION=wmma KCHECK_OPS="attention attention_backward" $B/bin/kernels_check |
+    grep '^[A-Z]* attention' | sed 's/^/wmma /'
+  # The opt-in kernels (RATION_CUDA_KERNELS=next, gpu/KERNELS.md), checked
+  # beside the defaults until they pass here.
+  RATION_CUDA_KERNELS=next KCHECK_OPS="encoder_backward embedding_backward layernorm_backward gelu gelu_backward add" \
+    $B/bin/kernels_check | grep -E '^(PASS|FAIL)' | sed 's/^/next /'
 }
 [ "$BACKEND" = cuda ] && stage kernels 120 "$OUT/kernels.txt" kernels
 [ -f "$OUT/kernels.txt" ] && log "kernels: $(grep -c '^PASS' "$OUT/kernels.txt") PASS, $(grep -c '^FAIL' "$OUT/kernels.txt") FAIL; $(grep '^FAIL' "$OUT/kernels.txt" | head -5 | tr '\n' ';')"
+[ -f "$OUT/kernels.txt" ] && log "kernels, RATION_CUDA_KERNELS=next: $(grep -c '^next PASS' "$OUT/kernels.txt") PASS, $(grep -c '^next FAIL' "$OUT/kernels.txt") FAIL; $(grep '^next FAIL' "$OUT/kernels.txt" | head -3 | tr '\n' ';')"
 [ -f "$OUT/kernels.txt" ] && log "kernels, wmma attention: $(grep -c '^wmma PASS' "$OUT/kernels.txt") PASS, $(grep -c '^wmma FAIL' "$OUT/kernels.txt") FAIL; $(grep '^wmma FAIL' "$OUT/kernels.txt" | head -3 | tr '\n' ';')"
 
 # compare A B: every hash and loss bit of run A equals run B's
@@ -173,6 +182,9 @@ g124() {
     echo "=== g124-keep-all-wmma: $G124_STEPS steps with RATION_CUDA_ATTENTION=wmma"
     RATION_CUDA_ATTENTION=wmma $B/bin/step-g124-keep-all --backend "$BACKEND" --steps "$G124_STEPS" >"$R/g124-keep-all-wmma.txt" 2>&1
     grep -E '^(error|measured|loss)' "$R/g124-keep-all-wmma.txt"
+    echo "=== g124-keep-all-next: $G124_STEPS steps with RATION_CUDA_KERNELS=next"
+    RATION_CUDA_KERNELS=next $B/bin/step-g124-keep-all --backend "$BACKEND" --steps "$G124_STEPS" >"$R/g124-keep-all-next.txt" 2>&1
+    grep -E '^(error|measured|loss)' "$R/g124-keep-all-next.txt"
   fi
   # Profiled on keep-all: the CUDA backend syncs after each op in profile
   # mode, so an op after a prefetch wait would be charged the wait.

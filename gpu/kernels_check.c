@@ -11,8 +11,10 @@
  * accumulate (+=) start from the same random values on both sides; outputs
  * that are overwritten start from the same garbage, so a kernel that skips
  * an element shows. The GPU time is the kernel's, from CUDA events. Inputs
- * are fresh every run (the seed is printed; KCHECK_SEED=N repeats it). Exit
- * 0 when every case passes.
+ * are fresh every run (the seed is printed; KCHECK_SEED=N repeats it;
+ * KCHECK_OPS="a b" checks only those op types). Each case prints its GB/s:
+ * its inputs' and outputs' bytes over its time, the figure that matters for
+ * the memory-bound ops. Exit 0 when every case passes.
  *
  * Build (needs only gcc, the runtime sources and the CUDA toolkit):
  *   gcc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I$CUDA/include \
@@ -254,6 +256,14 @@ static void shape_str(const Case *c, char *s, size_t n) {
   }
 }
 
+/* Whether word is one of list's space-separated words. */
+static int listed(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+  return 0;
+}
+
 int main(void) {
   /* Fresh inputs every run; KCHECK_SEED=N repeats one. */
   const char *seed = getenv("KCHECK_SEED");
@@ -277,8 +287,10 @@ int main(void) {
     return 1;
   }
   int failed = 0, n = 0;
+  const char *only = getenv("KCHECK_OPS");
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     const Case *c = &cases[ci];
+    if (only && !listed(only, c->type)) continue;
     for (int di = 0; di < 2; di++) {
       rt_DType fdt = di ? RT_BF16 : RT_F32;
       rt_View in[5], out0[4], cpu[4], g1[4], g2[4];
@@ -324,10 +336,17 @@ int main(void) {
           worst = fmax(worst, e);
           if (memcmp(g1[k].data, g2[k].data, vbytes(&g1[k])) != 0) det = 0;
         }
+        /* Every input read once and every output written once: what a
+         * memory-bound kernel must move at the least (read-modify-write
+         * accumulators move their bytes twice, counted once here). */
+        double moved = 0;
+        for (int k = 0; k < c->nin; k++) moved += (double)vbytes(&in[k]);
+        for (int k = 0; k < c->nout; k++) moved += (double)vbytes(&out0[k]);
         int ok = worst <= tol && det && finite;
         failed += !ok;
-        printf("%s %s %s %s: max|gpu-cpu|/max|cpu| = %.2e (tol %.0e), det=%s%s, %.1f us\n", ok ? "PASS" : "FAIL",
-               c->type, di ? "bf16" : "f32", sh, worst, tol, det ? "yes" : "NO", finite ? "" : ", NON-FINITE", last_us);
+        printf("%s %s %s %s: max|gpu-cpu|/max|cpu| = %.2e (tol %.0e), det=%s%s, %.1f us, %.0f GB/s\n",
+               ok ? "PASS" : "FAIL", c->type, di ? "bf16" : "f32", sh, worst, tol, det ? "yes" : "NO",
+               finite ? "" : ", NON-FINITE", last_us, last_us > 0 ? moved / (last_us * 1e3) : 0.0);
       }
       for (int k = 0; k < c->nin; k++) free(in[k].data);
       for (int k = 0; k < c->nout; k++) {
@@ -337,17 +356,22 @@ int main(void) {
       fflush(stdout);
     }
   }
-  /* A token outside [0, V) is reported after the stream syncs. */
-  {
+  /* A token outside [0, V) is reported after the stream syncs, forward and
+   * backward (the sorting backward of RATION_CUDA_KERNELS=next reports it
+   * from its own kernel). */
+  for (int backward = 0; backward < 2; backward++) {
     Spec st = I(1, 1, 8), sw = F(4, 8), sx = F(1, 8, 8);
     rt_View tok = mkview(&st, RT_I32), w = mkview(&sw, RT_F32), x = mkview(&sx, RT_F32);
     ((int32_t *)tok.data)[3] = 7; /* V = 4 */
-    Case c = {"embedding", 2, 1, {st, sw}, {sx}, NOALIAS, {{0}}, 0, 0, 1, D_NONE};
-    rt_View in[2] = {tok, w}, res[1] = {x};
-    int rc = gpu_run(ctx, &c, in, res, res, err);
+    Case fwd = {"embedding", 2, 1, {st, sw}, {sx}, NOALIAS, {{0}}, 0, 0, 1, D_NONE};
+    Case bwd = {"embedding_backward", 2, 1, {sx, st}, {sw}, NOALIAS, {{0}}, 0, 0, 1, D_NONE};
+    rt_View in[2] = {backward ? x : tok, backward ? tok : w}, res[1] = {backward ? w : x};
+    int rc = gpu_run(ctx, backward ? &bwd : &fwd, in, res, res, err);
     n++;
-    if (rc == RT_KERNEL_EVALUE) printf("PASS bad token reported: %s\n", err);
-    else printf("FAIL bad token reported: rc %d %s\n", rc, err), failed++;
+    const char *what = backward ? "embedding_backward" : "embedding";
+    if (rc == RT_KERNEL_EVALUE) printf("PASS bad token reported by %s: %s\n", what, err);
+    else printf("FAIL bad token reported by %s: rc %d %s\n", what, rc, err), failed++;
+    free(tok.data), free(w.data), free(x.data);
   }
   rt_cuda_kernel_ctx_destroy(ctx);
   cudaFree(runtime_bytes);

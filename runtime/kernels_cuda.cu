@@ -371,6 +371,8 @@ __global__ void encoder_backward_wpe_k(DV dwpe, DV dx, int64_t N, int64_t T, int
   }
 }
 
+#include "kernels_next.cuh"
+
 static int encoder_common(const rt_KernelArgs *a, char *err, size_t errlen, int with_pos, const char *OP) {
   REQUIRE(a->nout == 1 && a->nin == (with_pos ? 3 : 2), "want %d inputs and 1 output", with_pos ? 3 : 2);
   const rt_View *x = &a->out[0], *tok = &a->in[0], *wte = &a->in[1];
@@ -399,8 +401,9 @@ static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
   REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  encoder_backward_wte_k<<<(unsigned)dwte->shape[0], THREADS, ENC_LIST * sizeof(int), c->stream>>>(
-      dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
+  if (!next_kernels() || next_encoder_backward(c, dwte, dx, (const int *)tok->data, N, C))
+    encoder_backward_wte_k<<<(unsigned)dwte->shape[0], THREADS, ENC_LIST * sizeof(int), c->stream>>>(
+        dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
   if (dwpe) encoder_backward_wpe_k<<<nblocks(T * C, THREADS), THREADS, 0, c->stream>>>(dv(dwpe), dv(dx), N, T, C);
   return launched(err, errlen, OP);
 }
@@ -489,6 +492,8 @@ static int k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errlen
           (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
+  if (next_kernels() && !next_layernorm_backward(ctx_of(a), dx, dw, db, dy, x, w, mp, rp, N, C))
+    return launched(err, errlen, OP);
   if (dx)
     layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
   if (dw) colsum(ctx_of(a), dv(dw), dv(db), dv(dy), dv(x), mp, rp, N, C, COLSUM_DY_XHAT_LN);
@@ -1234,23 +1239,54 @@ static int k_rope_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
 
 #define GELU_K 0.7978845608028654f
 
+__device__ __forceinline__ float gelu_of(float v) {
+  float u = GELU_K * (v + 0.044715f * v * v * v);
+  return 0.5f * v * (1.0f + tanhf(u));
+}
+
+/* d gelu / dx at v. */
+__device__ __forceinline__ float gelu_slope(float v) {
+  float u = GELU_K * (v + 0.044715f * v * v * v);
+  float th = tanhf(u);
+  float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+  return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
+}
+
 __global__ void gelu_forward_k(DV y, DV x, int64_t n) {
-  GRID_STRIDE(i, n) {
-    float v = ld(x, i);
-    float u = GELU_K * (v + 0.044715f * v * v * v);
-    st(y, i, 0.5f * v * (1.0f + tanhf(u)));
-  }
+  GRID_STRIDE(i, n) st(y, i, gelu_of(ld(x, i)));
 }
 
 __global__ void gelu_backward_k(DV dx, DV dy, DV x, int64_t n) {
-  GRID_STRIDE(i, n) {
-    float v = ld(x, i);
-    float u = GELU_K * (v + 0.044715f * v * v * v);
-    float th = tanhf(u);
-    float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
-    float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
-    st(dx, i, ld(dy, i) * g);
+  GRID_STRIDE(i, n) st(dx, i, ld(dy, i) * gelu_slope(ld(x, i)));
+}
+
+/* RATION_CUDA_KERNELS=next (gpu/KERNELS.md): the same arithmetic as the
+ * kernels above, element for element, with 16-byte loads and stores, so
+ * bitwise their results. a and b: x (gelu), dy and x (gelu_backward), the
+ * two addends (add). */
+enum { PW_GELU, PW_GELU_BACKWARD, PW_ADD };
+
+template <int OP>
+__global__ void pointwise8_k(DV y, DV a, DV b, int64_t vectors) {
+  GRID_STRIDE(i, vectors) {
+    float p[NEXT_VEC], q[NEXT_VEC], r[NEXT_VEC];
+    ld8(a, i * NEXT_VEC, p);
+    if (OP != PW_GELU) ld8(b, i * NEXT_VEC, q);
+    for (int e = 0; e < NEXT_VEC; e++)
+      r[e] = OP == PW_GELU ? gelu_of(p[e]) : OP == PW_GELU_BACKWARD ? p[e] * gelu_slope(q[e]) : p[e] + q[e];
+    st8(y, i * NEXT_VEC, r);
   }
+}
+
+/* Whether the vector kernel ran: only when selected and every view is
+ * whole aligned vectors. */
+template <int OP>
+static bool pointwise8(cudaStream_t s, const rt_View *y, const rt_View *a, const rt_View *b) {
+  int64_t n = y->numel;
+  if (!next_kernels() || !vec_ok(y, n) || !vec_ok(a, n) || (b && !vec_ok(b, n))) return false;
+  pointwise8_k<OP><<<nblocks(n / NEXT_VEC, THREADS), THREADS, 0, s>>>(dv(y), dv(a), b ? dv(b) : dv_none(),
+                                                                     n / NEXT_VEC);
+  return true;
 }
 
 static int k_gelu(const rt_KernelArgs *a, char *err, size_t errlen) {
@@ -1258,7 +1294,8 @@ static int k_gelu(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
   int64_t n = a->in[0].numel;
   REQUIRE(is_float(&a->in[0]) && is_float(&a->out[0]) && a->out[0].numel == n, "x and y must be float and the same size");
-  gelu_forward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]), n);
+  if (!pointwise8<PW_GELU>(ctx_of(a)->stream, &a->out[0], &a->in[0], NULL))
+    gelu_forward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]), n);
   return launched(err, errlen, OP);
 }
 
@@ -1268,8 +1305,9 @@ static int k_gelu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   int64_t n = a->in[1].numel;
   REQUIRE(is_float(&a->in[0]) && is_float(&a->in[1]) && is_float(&a->out[0]) && a->in[0].numel == n &&
           a->out[0].numel == n, "dy, x, dx must be float and the same size");
-  gelu_backward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]),
-                                                                           dv(&a->in[1]), n);
+  if (!pointwise8<PW_GELU_BACKWARD>(ctx_of(a)->stream, &a->out[0], &a->in[0], &a->in[1]))
+    gelu_backward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]),
+                                                                             dv(&a->in[1]), n);
   return launched(err, errlen, OP);
 }
 
@@ -1325,7 +1363,8 @@ static int k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
   const rt_View *x = &a->in[0], *z = &a->in[1], *y = &a->out[0];
   REQUIRE(is_float(x) && is_float(z) && is_float(y) && x->numel == y->numel && z->numel == y->numel,
           "a, b, y must be float and the same size");
-  add_k<<<nblocks(y->numel, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(y), dv(x), dv(z), y->numel);
+  if (!pointwise8<PW_ADD>(ctx_of(a)->stream, y, x, z))
+    add_k<<<nblocks(y->numel, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(y), dv(x), dv(z), y->numel);
   return launched(err, errlen, OP);
 }
 
