@@ -256,7 +256,7 @@ static void *stream_main(void *arg) {
                self == RT_STREAM_D2H ? "D2H" : "H2D");
     } else if (j.kind == JOB_KERNEL) {
       pthread_mutex_unlock(&c->mu);
-      char kerr[160] = "";
+      char kerr[128] = ""; /* leaves room in async_err for the prefix */
       const rt_HostOp *op = j.src; /* JOB_KERNEL: a host op */
       int krc = op->fn(op->args, kerr, sizeof kerr);
       lock(c);
