@@ -178,7 +178,7 @@ static void corrupt_steps(Tally *t, SchedText *x) {
     rt_SchedStep *r = &x->steps[i];
     bool compute = r->kind == RT_STEP_COMPUTE;
     snprintf(w, sizeof w, "steps[%d]", i);
-    BAD(t, w, r->kind, -1, 7, INT32_MAX);
+    BAD(t, w, r->kind, -1, RT_STEP_HOST_WAIT + 1, INT32_MAX);
     BAD(t, w, r->stream, -1, 4, r->stream == RT_STREAM_HOST ? RT_STREAM_COMPUTE : RT_STREAM_HOST);
     BAD(t, w, r->op, -2, s->nops, INT32_MIN);
     BAD(t, w, r->recompute, -1, 2);

@@ -229,7 +229,8 @@ static bool sched_int(const SchedValue *v, int64_t *out) {
                 {"RT_STEP_OFFLOAD_WAIT", RT_STEP_OFFLOAD_WAIT}, {"RT_STEP_PREFETCH", RT_STEP_PREFETCH},
                 {"RT_STEP_PREFETCH_WAIT", RT_STEP_PREFETCH_WAIT}, {"RT_STREAM_COMPUTE", RT_STREAM_COMPUTE},
                 {"RT_STREAM_D2H", RT_STREAM_D2H}, {"RT_STREAM_H2D", RT_STREAM_H2D},
-                {"RT_STEP_HOST_COMPUTE", RT_STEP_HOST_COMPUTE}, {"RT_STEP_HOST_WAIT", RT_STEP_HOST_WAIT},
+                {"RT_STEP_ZERO", RT_STEP_ZERO}, {"RT_STEP_HOST_COMPUTE", RT_STEP_HOST_COMPUTE},
+                {"RT_STEP_HOST_WAIT", RT_STEP_HOST_WAIT},
                 {"RT_STREAM_HOST", RT_STREAM_HOST}, {"RATION_SCHED_ABI", RATION_SCHED_ABI}};
   if (v->kind == SV_NUM || v->kind == SV_NULL) {
     *out = v->inum;
