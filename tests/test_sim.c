@@ -206,27 +206,28 @@ int main(void) {
     Plan *p = homed(DEC_HOST, DEC_HOST_OPTIMIZER, &e);
     T_CHECKF(p != NULL, "%s", e.msg);
     if (p) {
-      static const StepKind kinds[] = {STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_COMPUTE,     STEP_COMPUTE,
-                                       STEP_COMPUTE,  STEP_COMPUTE,       STEP_COMPUTE,     STEP_COMPUTE,
-                                       STEP_OFFLOAD,  STEP_OFFLOAD_WAIT,  STEP_HOST_COMPUTE, STEP_HOST_WAIT};
-      bool same = p->nsteps == 12;
-      for (int s = 0; same && s < 12; s++) same = p->steps[s].kind == kinds[s];
+      static const StepKind kinds[] = {STEP_PREFETCH, STEP_PREFETCH_WAIT, STEP_COMPUTE,      STEP_COMPUTE,  STEP_COMPUTE,
+                                       STEP_COMPUTE,  STEP_COMPUTE,       STEP_ZERO,         STEP_COMPUTE,  STEP_OFFLOAD,
+                                       STEP_OFFLOAD_WAIT, STEP_HOST_COMPUTE, STEP_HOST_WAIT};
+      bool same = p->nsteps == 13;
+      for (int s = 0; same && s < 13; s++) same = p->steps[s].kind == kinds[s];
       T_CHECK(same);
       int opt = graph_find_op(g, "opt"), w = graph_find_tensor(g, "w"), gw = graph_find_tensor(g, "gw");
       if (same) {
-        const Step *hc = &p->steps[10];
+        const Step *hc = &p->steps[11];
         /* opt reads and writes the homes; gw's copy goes from the buffer b1 wrote. */
-        T_CHECK(hc->op == opt && p->steps[11].op == opt);
+        T_CHECK(hc->op == opt && p->steps[12].op == opt);
         T_CHECK(p->buffers[hc->inputs[0]].home && p->buffers[hc->inputs[0]].tensor == w);
         T_CHECK(p->buffers[hc->inputs[1]].home && p->buffers[hc->inputs[1]].space == SPACE_HOST &&
-                p->buffers[hc->inputs[1]].tensor == gw && p->steps[8].to == hc->inputs[1]);
-        T_CHECK(hc->outputs[0] == hc->inputs[0] && p->steps[8].from == p->steps[7].outputs[0]);
+                p->buffers[hc->inputs[1]].tensor == gw && p->steps[9].to == hc->inputs[1]);
+        T_CHECK(hc->outputs[0] == hc->inputs[0] && p->steps[9].from == p->steps[8].outputs[0] &&
+                p->steps[7].to == p->steps[9].from);
       }
-      /* w's device copy lives over f1 only, gw's device buffer from the
-       * start to its offload_wait: 16 below keep-all's 212 at b3. */
-      static const int64_t want[] = {48, 48, 80, 128, 132, 196, 164, 68, 36, 36, 20, 20};
-      T_CHECK(trace_is(p, want, 12));
-      T_CHECKF(p->host_bytes == PLAN_ALIGNMENT + 16 && p->predicted.peak_live_bytes == 196, "%lld", (long long)p->host_bytes);
+      /* w's device copy lives over f1 only, gw's device buffer from its
+       * zero step before b1 to its offload_wait: 16 below keep-all's 196 at b3. */
+      static const int64_t want[] = {32, 32, 64, 112, 116, 180, 148, 68, 68, 36, 36, 20, 20};
+      T_CHECK(trace_is(p, want, 13));
+      T_CHECKF(p->host_bytes == PLAN_ALIGNMENT + 16 && p->predicted.peak_live_bytes == 180, "%lld", (long long)p->host_bytes);
       p->budget_bytes = 1 << 20;
       SimResult r;
       T_CHECK(sim_run(p, g, d, false, &r, &e) == 0);
@@ -269,31 +270,31 @@ int main(void) {
   }
   T_CASE("rules of host ops") {
     Plan *p = homed(DEC_HOST, DEC_HOST_OPTIMIZER, &e);
-    T_CHECK(p && p->nsteps == 12);
-    if (p && p->nsteps == 12) {
+    T_CHECK(p && p->nsteps == 13);
+    if (p && p->nsteps == 13) {
       p->budget_bytes = 1 << 20;
-      Step ow = p->steps[9], hc = p->steps[10];
+      Step ow = p->steps[10], hc = p->steps[11];
       /* opt before gw's copy landed. */
-      p->steps[9] = hc, p->steps[10] = ow;
+      p->steps[10] = hc, p->steps[11] = ow;
       T_CHECK(rejected(p, "host_compute reads the home of \"gw\" before its copy landed"));
-      p->steps[9] = ow, p->steps[10] = hc;
+      p->steps[10] = ow, p->steps[11] = hc;
       /* opt reads gw's device buffer. */
       int home = hc.inputs[1];
-      p->steps[10].inputs[1] = p->steps[8].from;
+      p->steps[11].inputs[1] = p->steps[9].from;
       T_CHECK(rejected(p, "must read and write the host homes of its operands (\"gw\")"));
-      p->steps[10].inputs[1] = home;
+      p->steps[11].inputs[1] = home;
       /* gw never copied to its home: opt would read last step's grad. */
-      Step off = p->steps[8], hw = p->steps[11];
-      p->steps[8] = hc, p->steps[9] = hw, p->nsteps = 10;
+      Step off = p->steps[9], hw = p->steps[12];
+      p->steps[9] = hc, p->steps[10] = hw, p->nsteps = 11;
       T_CHECK(rejected(p, "before the value the device wrote is copied there"));
-      p->steps[8] = off, p->steps[9] = ow, p->steps[10] = hc, p->steps[11] = hw, p->nsteps = 12;
+      p->steps[9] = off, p->steps[10] = ow, p->steps[11] = hc, p->steps[12] = hw, p->nsteps = 13;
       /* The wait missing, or for an op not on the host. */
       p->nsteps--;
       T_CHECK(rejected(p, "host_compute of \"opt\" is never waited for"));
       p->nsteps++;
-      p->steps[11].op = graph_find_op(g, "b1");
+      p->steps[12].op = graph_find_op(g, "b1");
       T_CHECK(rejected(p, "host_compute_wait for op 5, which has no host_compute in flight"));
-      p->steps[11].op = graph_find_op(g, "opt");
+      p->steps[12].op = graph_find_op(g, "opt");
       /* A prefetch of w from its home after opt updated it there. */
       int dev = plan_add_buffer(p, graph_find_tensor(g, "w"), -1, 16, SPACE_DEVICE);
       Step *pf = plan_add_step(p, STEP_PREFETCH);
