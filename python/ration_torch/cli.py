@@ -67,7 +67,8 @@ class Plan:
         """Bytes of the stashed tensors the plan keeps, recomputes and offloads."""
         out = {"keep": 0, "recompute": 0, "offload": 0}
         for name, d in self.decisions.items():
-            out[d] += self.graph.tensor_bytes(name)
+            if d in out:  # params, grads and optimizer state placed on the host are not stashed tensors
+                out[d] += self.graph.tensor_bytes(name)
         return out
 
 
