@@ -480,12 +480,13 @@ int plan_build_schedule(Plan *p, const Graph *g, const Device *d, Err *e) {
     if (emit_op(&b, i)) goto out;
   /* The step ends when the host ops it ran are done. */
   for (int i = 0; i < g->nops; i++) {
-    Step *st = plan_op_on_host(g, p->decisions, i) ? plan_add_step(p, STEP_HOST_WAIT) : NULL;
-    if (st) st->op = i;
-    else if (plan_op_on_host(g, p->decisions, i)) {
+    if (!plan_op_on_host(g, p->decisions, i)) continue;
+    Step *st = plan_add_step(p, STEP_HOST_WAIT);
+    if (!st) {
       oom(&b);
       goto out;
     }
+    st->op = i;
   }
   rc = 0;
 out:
