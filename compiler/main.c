@@ -154,6 +154,14 @@ static double parse_time_limit(const char *arg) {
   return v;
 }
 
+/* What a step acts on, for the dumps: its op, else the tensor of the
+ * buffer it fills (prefetch_wait, zero) or copies from. */
+static const char *step_subject(const Plan *p, const Graph *g, const Step *st) {
+  if (st->op >= 0) return g->ops[st->op].name;
+  int b = st->kind == STEP_PREFETCH_WAIT || st->kind == STEP_ZERO ? st->to : st->from;
+  return g->tensors[p->buffers[b].tensor].name;
+}
+
 static void dump_plan(const Plan *p, const Graph *g) {
   say(stderr, "== decisions\n");
   for (int i = 0; i < g->nstashed; i++)
@@ -164,10 +172,8 @@ static void dump_plan(const Plan *p, const Graph *g) {
     if (st->op >= 0)
       say(stderr, "  %5d %-17s %s%s\n", s, plan_step_kind_name(st->kind), g->ops[st->op].name,
           st->recompute ? " (recompute)" : "");
-    else {
-      int b = st->kind == STEP_PREFETCH_WAIT || st->kind == STEP_ZERO ? st->to : st->from;
-      say(stderr, "  %5d %-17s %s\n", s, plan_step_kind_name(st->kind), g->tensors[p->buffers[b].tensor].name);
-    }
+    else
+      say(stderr, "  %5d %-17s %s\n", s, plan_step_kind_name(st->kind), step_subject(p, g, st));
   }
   say(stderr, "== layout: arena %" PRId64 " bytes, host %" PRId64 " bytes\n", p->arena_bytes, p->host_bytes);
 }
@@ -495,10 +501,8 @@ static int cmd_simulate(int argc, char **argv) {
     say(stdout, "step\tdo\twhat\tlive_bytes\n");
     for (int s = 0; s < p->nsteps; s++) {
       const Step *st = &p->steps[s];
-      int b = st->kind == STEP_PREFETCH_WAIT || st->kind == STEP_ZERO ? st->to : st->from;
-      const char *what = st->op >= 0 ? g->ops[st->op].name : g->tensors[p->buffers[b].tensor].name;
-      say(stdout, "%d\t%s%s\t%s\t%" PRId64 "\n", s, plan_step_kind_name(st->kind), st->recompute ? "(re)" : "", what,
-          r.live_bytes[s]);
+      say(stdout, "%d\t%s%s\t%s\t%" PRId64 "\n", s, plan_step_kind_name(st->kind), st->recompute ? "(re)" : "",
+          step_subject(p, g, st), r.live_bytes[s]);
     }
   }
   say(stdout, "valid: %d steps, %d buffers\n", p->nsteps, p->nbuffers);
