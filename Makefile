@@ -113,7 +113,7 @@ NVCCFLAGS := -O2 -std=c++17 --fmad=false -Iruntime \
   -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 LIBCUDA := $(BUILD)/libration_cuda.a
-CUDA_OBJ := $(BUILD)/runtime/kernels_cuda.o $(BUILD)/runtime/rt_cuda.o
+CUDA_OBJ := $(patsubst runtime/cuda/%.cu,$(BUILD)/runtime/cuda/%.o,$(wildcard runtime/cuda/*.cu)) $(BUILD)/runtime/rt_cuda.o
 # Where cuBLASLt is (lib64, or lib in pip-style trees): the shared libration
 # links it and finds it there at run time.
 CUDA_LIB ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libcublasLt.so $(CUDA_HOME)/lib/libcublasLt.so))))
@@ -124,8 +124,8 @@ run: $(LIBCUDA)
 SO_CUDA := $(CUDA_OBJ)
 SO_LIBS := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcudart -l:libstdc++.so.6
 endif
-$(BUILD)/runtime/kernels_cuda.o: runtime/kernels_cuda.cu runtime/flash_mma.cuh runtime/kernels_next.cuh runtime/kernels_cuda.h runtime/kernels.h \
-                                $(PIC_STAMP)
+$(BUILD)/runtime/cuda/%.o: runtime/cuda/%.cu $(wildcard runtime/cuda/*.cuh) runtime/kernels_cuda.h runtime/kernels.h \
+                           $(PIC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/runtime/rt_cuda.o: runtime/rt_cuda.cu runtime/rt_backend.h runtime/ration.h runtime/kernels_cuda.h runtime/kernels.h \

@@ -19,13 +19,15 @@ mkdir -p $B/rt $B/bin
 CF="-O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime"
 for f in runtime/*.c; do $CC $CF -c "$f" -o $B/rt/"$(basename "$f" .c)".o & done
 NF="-O2 -std=c++17 --fmad=false -Iruntime -gencode arch=compute_90,code=sm_90"
-"$NVCC" $NF -c runtime/kernels_cuda.cu -o $B/kernels_cuda.o &
+mkdir -p $B/cuda
+for f in runtime/cuda/*.cu; do "$NVCC" $NF -c "$f" -o $B/cuda/"$(basename "$f" .cu)".o & done
 "$NVCC" $NF -c runtime/rt_cuda.cu -o $B/rt_cuda.o &
 wait
-for o in $B/rt/rt.o $B/kernels_cuda.o $B/rt_cuda.o; do [ -s $o ] || { echo "build: $o missing" >&2; exit 1; }; done
+for f in runtime/cuda/*.cu; do o=$B/cuda/$(basename "$f" .cu).o; [ -s $o ] || { echo "build: $o missing" >&2; exit 1; }; done
+for o in $B/rt/rt.o $B/rt_cuda.o; do [ -s $o ] || { echo "build: $o missing" >&2; exit 1; }; done
 rm -f $B/libration.a $B/libration_cuda.a
 ar rcs $B/libration.a $B/rt/*.o
-ar rcs $B/libration_cuda.a $B/kernels_cuda.o $B/rt_cuda.o
+ar rcs $B/libration_cuda.a $B/cuda/*.o $B/rt_cuda.o
 # -l:libstdc++.so.6 needs no libstdc++ development symlink (g++ may be absent).
 CUL="-L$CUDA_LIB -Wl,-rpath,$CUDA_LIB -lcublasLt -lcudart -l:libstdc++.so.6 -lm -lpthread"
 CUINC="-I$CUDA/include"

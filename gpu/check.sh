@@ -100,7 +100,7 @@ nbin=$(ls $B/bin 2>/dev/null | wc -l)
 log "build: $nbin binaries in $B/bin, $(grep -c '^PREBUILT' "$OUT/build.log") of them prebuilt ($(grep -h '^build.sh:' "$OUT/build.log"))"
 
 # ------------------------------------------------------------ 2 kernels
-# The mma.sync flash attention (runtime/flash_mma.cuh) is the default; the
+# The mma.sync flash attention (runtime/cuda/flash_mma.cuh) is the default; the
 # wmma kernels it replaced stay selectable and checked.
 kernels() {
   $B/bin/kernels_check

@@ -1,5 +1,5 @@
 /*
- * kernels_check.c - every CUDA kernel of runtime/kernels_cuda.cu against
+ * kernels_check.c - every CUDA kernel of runtime/cuda/ against
  * the CPU reference kernel of the same type (runtime/kernels_cpu.c), on the
  * same inputs, in f32 and bf16 storage, at small and gpt2-124m-like shapes
  * (odd leading dimension V = 50257 included). Per case it prints

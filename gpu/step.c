@@ -38,7 +38,7 @@
 #ifdef WITH_CUDA
 #include <cuda_runtime_api.h>
 
-/* The runtime's own allocations (rt_cuda.cu, kernels_cuda.cu). */
+/* The runtime's own allocations (rt_cuda.cu, runtime/cuda/). */
 static size_t dev_allocs, dev_bytes, host_bytes_pinned;
 static void *arena_ptr;
 static size_t arena_size;

@@ -14,8 +14,12 @@ lib="$BUILD/libration_cuda.a"
 if make -s "$lib" NVCC="$NVCC" >"$tmp/log" 2>&1; then ok "libration_cuda.a builds with $NVCC"
 else fail "libration_cuda.a builds with $NVCC" "$(tail -20 "$tmp/log")"; fi
 for sm in sm_80 sm_90; do
-  if strings "$BUILD/runtime/kernels_cuda.o" 2>/dev/null | grep -q -- "-arch $sm "; then ok "device code for $sm"
-  else fail "device code for $sm" "no $sm image in kernels_cuda.o"; fi
+  missing=""
+  for o in "$BUILD"/runtime/cuda/*.o; do
+    strings "$o" 2>/dev/null | grep -q -- "-arch $sm " || missing="$missing $(basename "$o")"
+  done
+  if [ -z "$missing" ]; then ok "device code for $sm in every runtime/cuda object"
+  else fail "device code for $sm in every runtime/cuda object" "no $sm image in$missing"; fi
 done
 cuda_home=$(dirname "$(dirname "$NVCC")")
 san=""; case "$BUILD" in *san*) san="-fsanitize=address,undefined";; esac

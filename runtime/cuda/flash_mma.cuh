@@ -1,7 +1,7 @@
 /*
  * flash_mma.cuh - flash attention with every score in registers: mma.sync
  * m16n8k16 (bf16 products, f32 sums) on tiles in shared memory, included
- * by kernels_cuda.cu beside the wmma kernels, whose shapes, rounding and
+ * by flash.cu beside the wmma kernels, whose shapes, rounding and
  * order of sums it keeps (P and dS rounded to bf16 for the second
  * product, l summed from the rounded P, dq per query tile and dk/dv per
  * key tile, no atomics), so it is deterministic run to run.
@@ -310,7 +310,7 @@ static int fa_mma_forward(const rt_View *y, const rt_View *lse, const rt_View *q
   dim3 grid((unsigned)((s.T + FA_TILE - 1) / FA_TILE), (unsigned)(s.B * s.NH));
   flash_mma_forward_k<HD><<<grid, FA_THREADS, smem, st_>>>((bf16 *)y->data, (float *)lse->data,
                                                            (const bf16 *)qkv->data, s);
-  return launched(err, errlen, "attention");
+  return rt_cuda_launched(err, errlen, "attention");
 }
 
 template <int HD>
@@ -332,5 +332,5 @@ static int fa_mma_backward(const rt_View *dqkv, const rt_View *dy, const rt_View
       (bf16 *)dqkv->data, dyp, qp, lp, D, s);
   flash_mma_backward_kv_k<HD, QN><<<dim3(tiles, (unsigned)(s.B * s.KVH)), FA_THREADS, smem_kv, st_>>>(
       (bf16 *)dqkv->data, dyp, qp, lp, D, s);
-  return launched(err, errlen, OP);
+  return rt_cuda_launched(err, errlen, OP);
 }
