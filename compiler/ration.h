@@ -517,6 +517,8 @@ int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
 /* Runs a strategy end to end and checks the result against the budget
  * and the device's host_memory. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* Whether o's --time-limit deadline (set: plan_make sets it) has passed. */
+bool plan_past_deadline(const PlanOptions *o);
 /* Whether a laid-out plan fits: its arena (with its host arena, on a
  * unified_memory device) within budget and its host arena within the
  * device's host_memory (0: no limit). */
@@ -604,6 +606,9 @@ typedef struct MilpModel {
 typedef struct MilpOptions {
   const char *solver; /* glpk | cbc */
   double time_limit;  /* seconds, <= 0: none */
+  /* With a time limit: the wall time the caller took to build the model,
+   * what GLPK's setup of the relaxation is estimated from (0: unknown) */
+  double build_seconds;
   double mip_gap;     /* relative gap at which a solution counts as optimal */
   double good_gap;    /* ... and at which the costly steps (the neighbourhoods, the tree) are skipped */
   bool quiet;         /* no progress lines on stderr */
@@ -653,6 +658,7 @@ typedef struct MilpResult {
   double *x;    /* ncols values when a solution exists */
   double *lp_x; /* the LP relaxation's values; lp_x[ncols] is NaN when it was not solved */
   double objective, bound, gap, seconds;
+  bool out_of_time; /* the time limit stopped it, with a solution or without */
   char failure[640];
 } MilpResult;
 

@@ -218,6 +218,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   int rc = -1;
   double *x = NULL, *loose = NULL;
   Decision *tmp = NULL, *searched = NULL;
+  double built = util_now();
   if (ilp_build(&md, g, d, limit, goal & GOAL_MEMORY, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
@@ -227,6 +228,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   add_exclusions(&md);
   ilp_remove_dominated(&md);
   limit_host(&md);
+  built = util_now() - built;
   x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   searched = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -289,6 +291,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool lazy = no_tree;
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
+                    .build_seconds = built,
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK), .no_pump = cheap_tree,
@@ -332,7 +335,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
   if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
     ilp_kick(&md, best, r.lp_x, r.bound, limit, x, deadline, xevals);
-  bool timed_out = r.status == MILP_TIME_LIMIT || out_of_time(deadline);
+  bool timed_out = r.status == MILP_TIME_LIMIT || r.out_of_time || out_of_time(deadline);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
   *relaxed = !isnan(r.lp_x[md.m.ncols]);
@@ -414,6 +417,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
 #define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
 #define ILP_PAIRS_MAX 16
+#define ILP_FINISH_PLANS (ILP_POOL + 6) /* plans built after the last solve: the pool, the answer, polish's, the caller's */
 
 /* Every op once, us: what any plan's step takes at least. */
 static double compute_us(const Graph *g, const Device *d) {
@@ -545,7 +549,13 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   /* Keep-all costs no recompute and no stall: when it fits, nothing is
    * faster and the bound (pure compute) proves it. */
   for (int i = 0; i < g->nstashed; i++) best[g->stashed[i]] = DEC_KEEP;
-  if (try_plan(g, d, o->budget_bytes, best, &best_s)) {
+  bool keep_all_fits = try_plan(g, d, o->budget_bytes, best, &best_s);
+  /* The solves stop early enough for what follows them to end by the
+   * deadline: simulating the pool, polishing, and the caller's plan and
+   * its files, each about one plan's build, timed on keep-all's just now
+   * (at the machine's present load). */
+  deadline -= ILP_FINISH_PLANS * (util_now() - start);
+  if (keep_all_fits) {
     double compute = compute_us(g, d);
     snprintf(si->name, sizeof si->name, "%s", o->solver ? o->solver : "glpk");
     snprintf(si->status, sizeof si->status, "optimal");
@@ -689,7 +699,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * model's differs (docs/PLANNING.md section 4: stalls it can only
    * bound), the model's optimum is not this plan's, so not "optimal". */
   si->objective = best_s * 1e6;
-  if (fabs(plan_ilp_objective(g, d, best) - si->objective) > 1e-6 * si->objective && !strcmp(si->status, "optimal"))
+  if (!strcmp(si->status, "optimal") && fabs(plan_ilp_objective(g, d, best) - si->objective) > 1e-6 * si->objective)
     snprintf(si->status, sizeof si->status, "feasible");
   /* The relaxation's bound where it finished, and never below the compute
    * alone (every plan runs every op once): a real bound either way. */
