@@ -203,6 +203,7 @@ typedef struct GlpkOwned {
   int *tab_ind, *row_ind;
   int *cut_ind;
   MilpModel cuts;
+  int64_t iterations, nodes; /* the solve's work so far, every problem's */
 } GlpkOwned;
 
 static void owned_free(GlpkOwned *w) {
@@ -228,6 +229,7 @@ typedef struct GlpkCb {
   bool whole; /* the tree is over the whole model, not a neighbourhood: its bound bounds the solve, its progress is printed */
   bool cuts; /* the tree works on the model's own columns (no presolver): the caller's cuts apply */
   long nodes;
+  int created; /* the tree's nodes so far */
   int iterations0; /* the problem's simplex count when the tree began */
   int cut_rounds; /* at the root so far */
 } GlpkCb;
@@ -356,6 +358,7 @@ static void glpk_branch(glp_tree *T, GlpkOwned *w) {
 static void glpk_callback(glp_tree *T, void *info) {
   GlpkCb *cb = info;
   int reason = glp_ios_reason(T);
+  glp_ios_tree_size(T, NULL, NULL, &cb->created);
   if (reason == GLP_IHEUR && !cb->gave_start && cb->start) {
     cb->gave_start = true;
     double *x1 = cb->own->heur_x = util_xcalloc((size_t)cb->m->ncols + 1, sizeof(double));
@@ -511,6 +514,7 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
                                double t0, GlpkOwned *w, double *x) {
   glp_prob *S = glp_create_prob();
   glp_copy_prob(S, P, GLP_OFF);
+  int iterations0 = glp_get_it_cnt(S);
   int free_ints = 0;
   for (int c = 0; c < m->ncols; c++) {
     if (!m->col_int[c]) continue;
@@ -540,6 +544,8 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
       found = true;
     }
   }
+  w->iterations += glp_get_it_cnt(S) - iterations0;
+  w->nodes += cb.created;
   glp_delete_prob(S);
   return found;
 }
@@ -846,6 +852,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     glpk_set_time_limit(&iocp, o, t0);
     cb.iterations0 = glp_get_it_cnt(P);
     rc = glp_intopt(P, &iocp);
+    w->nodes += cb.created;
     int st = glp_mip_status(P);
     bool solved = st == GLP_OPT || st == GLP_FEAS;
     if (solved && cb.target < HUGE_VAL && is_stand_in(P, w->target_x, m->ncols)) {
@@ -891,6 +898,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
   }
 done:
   r->seconds = now() - t0;
+  w->iterations += glp_get_it_cnt(P);
   glp_delete_prob(P);
   return 0;
 }
@@ -952,6 +960,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   }
   glp_error_hook(NULL, NULL);
   glp_term_hook(NULL, NULL);
+  r->simplex_iterations = w->iterations, r->nodes = w->nodes;
   owned_free(w);
   free(w);
   return rc;
@@ -1020,6 +1029,7 @@ static int cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Er
     r->status = MILP_NO_SOLUTION;
     r->bound = bound;
   }
+  r->simplex_iterations = Cbc_getIterationCount(model), r->nodes = Cbc_getNodeCount(model);
   Cbc_deleteModel(model);
   r->seconds = now() - t0;
   return 0;

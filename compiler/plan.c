@@ -285,6 +285,11 @@ int64_t plan_host_limit(const Device *d) {
   return d->host_memory <= 0 ? INT64_MAX : d->host_memory / PLAN_ALIGNMENT * PLAN_ALIGNMENT;
 }
 
+void plan_add_work(SolverInfo *to, const SolverInfo *from) {
+  to->simplex_iterations += from->simplex_iterations;
+  to->nodes += from->nodes;
+}
+
 bool plan_past_deadline(const PlanOptions *o) { return o->time_limit > 0 && o->deadline > 0 && util_now() >= o->deadline; }
 
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {

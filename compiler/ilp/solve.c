@@ -207,6 +207,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
                     Pool *pool, SolverInfo *si, bool *relaxed, double tree_work, Err *e) {
   *relaxed = false;
+  si->simplex_iterations = si->nodes = 0;
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
   int nst = starts(g, d, o, limit, st);
   const Decision *more[2] = {extra, o->hint};
@@ -338,6 +339,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool timed_out = r.status == MILP_TIME_LIMIT || r.out_of_time || out_of_time(deadline);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
+  si->simplex_iterations = r.simplex_iterations, si->nodes = r.nodes;
   *relaxed = !isnan(r.lp_x[md.m.ncols]);
   si->bound = r.status == MILP_INFEASIBLE ? 0 : r.bound;
   if (best->ok) {
@@ -365,17 +367,16 @@ out:
  * schedule family exists, as far as this solve proved it (its bound, where
  * the model is the whole family: no depth bound; else 0). */
 static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
-                           int64_t *arena, int64_t *proven, char *note, Err *e) {
+                           int64_t *arena, int64_t *proven, char *note, SolverInfo *work, Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
   if (proven) *proven = 0;
   note[0] = 0;
-  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK,
-               e) ||
-      !c.ok)
-    return -1;
+  int rc = solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK, e);
+  if (work) plan_add_work(work, &si);
+  if (rc || !c.ok) return -1;
   /* The bound is in MiB through GLPK's tolerances: a millionth below it. */
   if (proven && g->nops <= ILP_FULL_OPS && si.bound > 0) *proven = (int64_t)floor(si.bound * ILP_UNIT * (1 - 1e-6));
   Plan *p = plan_from_decisions(g, d, c.dec, e);
@@ -403,7 +404,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
   int64_t arena = -1;
   note[0] = 0;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, NULL, e);
   free(dec);
   return arena;
 }
@@ -535,6 +536,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   Decision *repaired = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *excluded[ILP_EXCLUDE_MAX];
   int nexcluded = 0;
+  SolverInfo work = {.simplex_iterations = 0}; /* every solve's, added up */
   Pool pool;
   memset(&pool, 0, sizeof pool);
   bool oom = !c.dec || !best || !mm || !repaired;
@@ -593,12 +595,13 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
      * 554.77 us with a count shared by all rounds). */
     int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel,
                      ILP_TREE_WORK / (round + 1), e);
+    plan_add_work(&work, &rsi);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
@@ -677,7 +680,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     int64_t m = -1;
     Err e2;
     if (mm_goal != GOAL_MEMORY)
-      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
+      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
@@ -711,6 +714,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
   rc = 0;
 out:
+  si->simplex_iterations = work.simplex_iterations, si->nodes = work.nodes;
   free(c.dec);
   free(best);
   free(mm);
