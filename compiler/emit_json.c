@@ -45,8 +45,10 @@ int emit_plan_json(const Plan *p, const Graph *g, Buf *out) {
   emit_json_string(out, si->name);
   buf_printf(out, ", \"status\": ");
   emit_json_string(out, si->status);
-  buf_printf(out, ", \"objective\": %.9g, \"bound\": %.9g, \"gap\": %.9g, \"seconds\": %.3f},\n", si->objective,
-             si->bound, si->gap, si->seconds);
+  buf_printf(out,
+             ", \"objective\": %.9g, \"bound\": %.9g, \"gap\": %.9g, \"seconds\": %.3f, \"simplex_iterations\": %" PRId64
+             ", \"nodes\": %" PRId64 "},\n",
+             si->objective, si->bound, si->gap, si->seconds, si->simplex_iterations, si->nodes);
   buf_printf(out, "  \"decisions\": {");
   /* A plan read from a file may leave tensors undecided: they stay unlisted. */
   int listed = 0;

@@ -285,6 +285,13 @@ int64_t plan_host_limit(const Device *d) {
   return d->host_memory <= 0 ? INT64_MAX : d->host_memory / PLAN_ALIGNMENT * PLAN_ALIGNMENT;
 }
 
+void plan_add_work(SolverInfo *to, const SolverInfo *from) {
+  to->simplex_iterations += from->simplex_iterations;
+  to->nodes += from->nodes;
+}
+
+bool plan_past_deadline(const PlanOptions *o) { return o->time_limit > 0 && o->deadline > 0 && util_now() >= o->deadline; }
+
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   const PlanStrategy *s = plan_find_strategy(o->strategy);
   if (!s) {
@@ -301,8 +308,12 @@ Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
   SolverInfo si = {.name = "none", .status = "not_used"};
   Plan *p = NULL;
-  if (s->build) p = s->build(g, d, o, &si, e);
-  else if (s->decide(g, d, o, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
+  /* One deadline over every solve the strategy runs (the homes rule runs
+   * several), from here when the caller set none. */
+  PlanOptions timed = *o;
+  if (timed.time_limit > 0 && timed.deadline <= 0) timed.deadline = util_now() + timed.time_limit;
+  if (s->build) p = s->build(g, d, &timed, &si, e);
+  else if (s->decide(g, d, &timed, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
   free(dec);
   if (!p) return NULL;
   snprintf(p->strategy, sizeof p->strategy, "%s", s->name);

@@ -80,6 +80,7 @@ typedef struct Search {
   double best_step; /* its simulated step; < 0: none */
   bool best_on_host; /* best runs optimizer ops on the host */
   SolverInfo si;    /* the ilp's run behind best */
+  SolverInfo work;  /* every run's counted work, added up */
   int last_k;       /* the last try's prefix and activation budget, and its arena: */
   int64_t last_budget, last_arena; /* a solve is not repeated */
 } Search;
@@ -122,7 +123,9 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   SolverInfo si = {.name = "none", .status = "not_used"};
   Err e = {{0}};
   for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
-  if (plan_decide_ilp(g, &dd, &po, s->act, &si, &e)) return -1;
+  int rc = plan_decide_ilp(g, &dd, &po, s->act, &si, &e);
+  plan_add_work(&s->work, &si);
+  if (rc) return -1;
   for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
   int64_t arena = consider(s, s->act, &si, false);
   memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
@@ -139,14 +142,14 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
  * decisions are those of the plan the search names as the smallest. */
 static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
   int64_t budget = s->o->budget_bytes, act_budget = budget + home_bytes;
-  for (int round = 0; round < 3 && act_budget > least; round++) {
+  for (int round = 0; round < 3 && act_budget > least && !plan_past_deadline(s->o); round++) {
     double before = s->best_step;
     int64_t arena = try_homes(s, k, home_bytes, act_budget);
     if (arena < 0) break;
     if ((s->best_step >= 0 && s->best_step != before) || arena <= budget) return;
     act_budget -= arena - budget;
   }
-  try_homes(s, k, home_bytes, least);
+  if (s->best_step < 0 || !plan_past_deadline(s->o)) try_homes(s, k, home_bytes, least);
 }
 
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
@@ -184,12 +187,13 @@ static void refuse(const Graph *g, const Device *d, const PlanOptions *o, int64_
 }
 
 int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+  double start = util_now();
   /* Everything on the device when the ilp meets the budget so; on a
    * unified_memory device a host home saves nothing. */
   int rc = plan_decide_ilp(g, d, o, dec, si, e);
   if (rc == 0 || d->unified_memory || o->device_homes_only) return rc;
   int n = g->ntensors;
-  Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1};
+  Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1, .work = *si};
   int *cand = util_xcalloc((size_t)n + 1, sizeof *cand);
   Decision *how = util_xcalloc((size_t)n + 1, sizeof *how);
   s.act = util_xcalloc((size_t)n + 1, sizeof *s.act);
@@ -222,7 +226,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   int k1 = 1;
   while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
   int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
-  for (int i = 0; i < 3 && (s.best_step < 0 || s.best_on_host); i++)
+  for (int i = 0; i < 3 && (s.best_step < 0 || (s.best_on_host && !plan_past_deadline(o))); i++)
     if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
   if (s.best_step < 0) {
     /* The smallest budget with every candidate home: the ilp's smallest
@@ -233,6 +237,10 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   }
   memcpy(dec, s.best, (size_t)n * sizeof *dec);
   *si = s.si;
+  /* The solver fields say what the whole search did. */
+  si->seconds = util_now() - start;
+  si->simplex_iterations = s.work.simplex_iterations, si->nodes = s.work.nodes;
+  if (plan_past_deadline(o) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
   e->msg[0] = '\0';
   rc = 0;
 out:

@@ -111,7 +111,8 @@ static int parse_header(Ctx *c, const cJSON *root) {
     const cJSON *obj = json_get(solver, "objective"), *bound = json_get(solver, "bound"), *gap = json_get(solver, "gap");
     if ((obj && json_number(c->file, &po, obj, &si->objective, c->e)) ||
         (bound && json_number(c->file, &pb, bound, &si->bound, c->e)) ||
-        (gap && json_nonneg(c->file, &pgap, gap, &si->gap, c->e)) || opt_nonneg(c, &pv, solver, "seconds", &si->seconds))
+        (gap && json_nonneg(c->file, &pgap, gap, &si->gap, c->e)) || opt_nonneg(c, &pv, solver, "seconds", &si->seconds) ||
+        opt_int(c, &pv, solver, "simplex_iterations", &si->simplex_iterations) || opt_int(c, &pv, solver, "nodes", &si->nodes))
       return -1;
   }
   return 0;

@@ -298,6 +298,10 @@ typedef struct SolverInfo {
   char name[16];
   char status[16]; /* optimal feasible time_limit not_used */
   double objective, bound, gap, seconds;
+  /* The counted work of every solve behind the plan: simplex iterations
+   * and branch-and-bound nodes (a function of the inputs and options, as
+   * the plan is, without a time limit). */
+  int64_t simplex_iterations, nodes;
   char note[640]; /* what went wrong on the way to a plan that still stands; not in the plan file */
   /* When the ilp found no plan: the smallest budget it planned on the way
    * (plan_ilp_min_budget's answer, from the same counted solve, so a
@@ -517,6 +521,10 @@ int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
 /* Runs a strategy end to end and checks the result against the budget
  * and the device's host_memory. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* Adds from's counted work (simplex iterations, nodes) to to's. */
+void plan_add_work(SolverInfo *to, const SolverInfo *from);
+/* Whether o's --time-limit deadline (set: plan_make sets it) has passed. */
+bool plan_past_deadline(const PlanOptions *o);
 /* Whether a laid-out plan fits: its arena (with its host arena, on a
  * unified_memory device) within budget and its host arena within the
  * device's host_memory (0: no limit). */
@@ -604,6 +612,9 @@ typedef struct MilpModel {
 typedef struct MilpOptions {
   const char *solver; /* glpk | cbc */
   double time_limit;  /* seconds, <= 0: none */
+  /* With a time limit: the wall time the caller took to build the model,
+   * what GLPK's setup of the relaxation is estimated from (0: unknown) */
+  double build_seconds;
   double mip_gap;     /* relative gap at which a solution counts as optimal */
   double good_gap;    /* ... and at which the costly steps (the neighbourhoods, the tree) are skipped */
   bool quiet;         /* no progress lines on stderr */
@@ -653,6 +664,8 @@ typedef struct MilpResult {
   double *x;    /* ncols values when a solution exists */
   double *lp_x; /* the LP relaxation's values; lp_x[ncols] is NaN when it was not solved */
   double objective, bound, gap, seconds;
+  bool out_of_time; /* the time limit stopped it, with a solution or without */
+  int64_t simplex_iterations, nodes; /* the work it did */
   char failure[640];
 } MilpResult;
 

@@ -2,7 +2,8 @@
 # the same solves (graphs of several structures from bench/gen_graph.py, at
 # several budgets, one of them stopped by its counted work limit) give
 # byte-identical plan files (but for solver.seconds, the wall time) and
-# schedules beside two busy loops as on an idle machine. And --time-limit S
+# schedules beside two busy loops as on an idle machine, with the same
+# counted work (solver.simplex_iterations and nodes, not all zero). And --time-limit S
 # is a hard cap on the whole command: it returns within S + 5% + 1 s with
 # status time_limit, a valid plan, and solver fields true to the run
 # (seconds within the wall time, the bound below the objective).
@@ -39,6 +40,24 @@ for sb in $solves; do
      cmp -s "$tmp/idle/$n.sched.h" "$tmp/busy/$n.sched.h"; then ok "$n: the same bytes beside two busy loops"
   else fail "$n: the same bytes beside two busy loops" "$(diff "$tmp/idle/$n.plan.json" "$tmp/busy/$n.plan.json" | head -5)"; fi
 done
+# The counted work is in the plan file (solver.simplex_iterations, nodes):
+# equal on an idle and a busy machine, and real work, not zeros.
+if python3 - "$tmp" $solves <<'EOF'
+import json, sys
+tmp, solves = sys.argv[1], sys.argv[2:]
+its = nodes = 0
+for sb in solves:
+    s, b = sb.split(":")
+    n = "%s-%s" % (s, b.rstrip("%"))
+    idle, busy = (json.load(open("%s/%s/%s.plan.json" % (tmp, w, n)))["solver"] for w in ("idle", "busy"))
+    for k in ("simplex_iterations", "nodes"):
+        assert isinstance(idle[k], int) and idle[k] == busy[k], (n, k, idle[k], busy[k])
+    its += idle["simplex_iterations"] > 0
+    nodes += idle["nodes"] > 0
+assert its > 0 and nodes > 0, (its, nodes)
+EOF
+then ok "solver.simplex_iterations and nodes: nonzero, and the same beside two busy loops"
+else fail "solver.simplex_iterations and nodes: nonzero, and the same beside two busy loops"; fi
 # At least one solve ended on its counted limit (a gap left above the
 # solver's 0.1%), so the counts, not the clock, stopped it.
 counted=0

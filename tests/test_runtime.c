@@ -204,7 +204,7 @@ done:
 }
 
 static Plan *try_plan(const Graph *g, const Device *d, const char *strategy, int64_t budget) {
-  PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = budget, .time_limit = 5.0, .quiet = true};
+  PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = budget, .quiet = true};
   Err e = {{0}};
   return plan_make(g, d, &po, &e);
 }
@@ -215,7 +215,7 @@ static Plan *try_plan(const Graph *g, const Device *d, const char *strategy, int
  * *AT: the strategy's plan at that budget (NULL with -1), so that callers
  * need not plan it again. */
 static int64_t smallest_feasible(const Graph *g, const Device *d, const char *strategy, int64_t keep_peak, Plan **at) {
-  PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = 1, .time_limit = 5.0, .quiet = true};
+  PlanOptions po = {.strategy = strategy, .solver = "glpk", .budget_bytes = 1, .quiet = true};
   Err e = {{0}};
   Plan *p = plan_make(g, d, &po, &e);
   const char *named = strstr(e.msg, "the smallest budget planned is ");

@@ -21,7 +21,7 @@ static const char *baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "of
 /* The plan a strategy makes at a budget, or NULL; *fits tells whether its
  * own decisions fit (what an honest strategy's answer must agree with). */
 static Plan *make(const Graph *g, const Device *d, const char *name, int64_t budget, bool *fits) {
-  PlanOptions o = {.strategy = name, .solver = "glpk", .budget_bytes = budget, .time_limit = 10, .quiet = true};
+  PlanOptions o = {.strategy = name, .solver = "glpk", .budget_bytes = budget, .quiet = true};
   Err e = {{0}};
   Plan *p = plan_make(g, d, &o, &e);
   const PlanStrategy *s = plan_find_strategy(name);

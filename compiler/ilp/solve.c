@@ -207,6 +207,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
                     Pool *pool, SolverInfo *si, bool *relaxed, double tree_work, Err *e) {
   *relaxed = false;
+  si->simplex_iterations = si->nodes = 0;
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
   int nst = starts(g, d, o, limit, st);
   const Decision *more[2] = {extra, o->hint};
@@ -218,6 +219,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   int rc = -1;
   double *x = NULL, *loose = NULL;
   Decision *tmp = NULL, *searched = NULL;
+  double built = util_now();
   if (ilp_build(&md, g, d, limit, goal & GOAL_MEMORY, depth, e)) {
     for (int i = 0; i < nst; i++) free(st[i]);
     return -1;
@@ -227,6 +229,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   add_exclusions(&md);
   ilp_remove_dominated(&md);
   limit_host(&md);
+  built = util_now() - built;
   x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   tmp = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   searched = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -289,6 +292,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool lazy = no_tree;
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
+                    .build_seconds = built,
                     .mip_gap = ILP_GAP, .quiet = o->quiet, .node_limit = nodes,
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK), .no_pump = cheap_tree,
@@ -332,9 +336,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
   if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
     ilp_kick(&md, best, r.lp_x, r.bound, limit, x, deadline, xevals);
-  bool timed_out = r.status == MILP_TIME_LIMIT || out_of_time(deadline);
+  bool timed_out = r.status == MILP_TIME_LIMIT || r.out_of_time || out_of_time(deadline);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
+  si->simplex_iterations = r.simplex_iterations, si->nodes = r.nodes;
   *relaxed = !isnan(r.lp_x[md.m.ncols]);
   si->bound = r.status == MILP_INFEASIBLE ? 0 : r.bound;
   if (best->ok) {
@@ -362,17 +367,16 @@ out:
  * schedule family exists, as far as this solve proved it (its bound, where
  * the model is the whole family: no depth bound; else 0). */
 static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
-                           int64_t *arena, int64_t *proven, char *note, Err *e) {
+                           int64_t *arena, int64_t *proven, char *note, SolverInfo *work, Err *e) {
   Candidate c = {.dec = out};
   SolverInfo si = {.name = "none", .status = "not_used"};
   bool relaxed;
   *arena = -1;
   if (proven) *proven = 0;
   note[0] = 0;
-  if (solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK,
-               e) ||
-      !c.ok)
-    return -1;
+  int rc = solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK, e);
+  if (work) plan_add_work(work, &si);
+  if (rc || !c.ok) return -1;
   /* The bound is in MiB through GLPK's tolerances: a millionth below it. */
   if (proven && g->nops <= ILP_FULL_OPS && si.bound > 0) *proven = (int64_t)floor(si.bound * ILP_UNIT * (1 - 1e-6));
   Plan *p = plan_from_decisions(g, d, c.dec, e);
@@ -400,7 +404,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
   int64_t arena = -1;
   note[0] = 0;
   if (!dec) return err_set(e, "%s: out of memory", g->path);
-  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, e);
+  min_memory_plan(g, d, o, GOAL_MEMORY, deadline_of(o, util_now()), dec, &arena, NULL, note, NULL, e);
   free(dec);
   return arena;
 }
@@ -414,6 +418,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
 #define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
 #define ILP_PAIRS_MAX 16
+#define ILP_FINISH_PLANS (ILP_POOL + 6) /* plans built after the last solve: the pool, the answer, polish's, the caller's */
 
 /* Every op once, us: what any plan's step takes at least. */
 static double compute_us(const Graph *g, const Device *d) {
@@ -531,6 +536,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   Decision *repaired = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *excluded[ILP_EXCLUDE_MAX];
   int nexcluded = 0;
+  SolverInfo work = {.simplex_iterations = 0}; /* every solve's, added up */
   Pool pool;
   memset(&pool, 0, sizeof pool);
   bool oom = !c.dec || !best || !mm || !repaired;
@@ -545,7 +551,13 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   /* Keep-all costs no recompute and no stall: when it fits, nothing is
    * faster and the bound (pure compute) proves it. */
   for (int i = 0; i < g->nstashed; i++) best[g->stashed[i]] = DEC_KEEP;
-  if (try_plan(g, d, o->budget_bytes, best, &best_s)) {
+  bool keep_all_fits = try_plan(g, d, o->budget_bytes, best, &best_s);
+  /* The solves stop early enough for what follows them to end by the
+   * deadline: simulating the pool, polishing, and the caller's plan and
+   * its files, each about one plan's build, timed on keep-all's just now
+   * (at the machine's present load). */
+  deadline -= ILP_FINISH_PLANS * (util_now() - start);
+  if (keep_all_fits) {
     double compute = compute_us(g, d);
     snprintf(si->name, sizeof si->name, "%s", o->solver ? o->solver : "glpk");
     snprintf(si->status, sizeof si->status, "optimal");
@@ -583,12 +595,13 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
      * 554.77 us with a count shared by all rounds). */
     int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel,
                      ILP_TREE_WORK / (round + 1), e);
+    plan_add_work(&work, &rsi);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
+      mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
@@ -667,7 +680,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     int64_t m = -1;
     Err e2;
     if (mm_goal != GOAL_MEMORY)
-      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &e2) == 0;
+      mm_goal = GOAL_MEMORY, mm_ok = min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
@@ -689,7 +702,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * model's differs (docs/PLANNING.md section 4: stalls it can only
    * bound), the model's optimum is not this plan's, so not "optimal". */
   si->objective = best_s * 1e6;
-  if (fabs(plan_ilp_objective(g, d, best) - si->objective) > 1e-6 * si->objective && !strcmp(si->status, "optimal"))
+  if (!strcmp(si->status, "optimal") && fabs(plan_ilp_objective(g, d, best) - si->objective) > 1e-6 * si->objective)
     snprintf(si->status, sizeof si->status, "feasible");
   /* The relaxation's bound where it finished, and never below the compute
    * alone (every plan runs every op once): a real bound either way. */
@@ -701,6 +714,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
   rc = 0;
 out:
+  si->simplex_iterations = work.simplex_iterations, si->nodes = work.nodes;
   free(c.dec);
   free(best);
   free(mm);
