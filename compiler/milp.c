@@ -233,6 +233,7 @@ typedef struct GlpkCb {
   bool gave_start, stopped, counted_out;
   bool whole; /* the tree is over the whole model, not a neighbourhood: its bound bounds the solve, its progress is printed */
   bool cuts; /* the tree works on the model's own columns (no presolver): the caller's cuts apply */
+  bool most_fractional; /* it branches on the most fractional column, not by Driebeck-Tomlin */
   long nodes;
   int iterations0; /* the problem's simplex count when the tree began */
   int cut_rounds; /* at the root so far */
@@ -403,7 +404,12 @@ static void glpk_callback(glp_tree *T, void *info) {
     }
   }
   if (reason == GLP_ICUTGEN && cb->cuts && cb->o->separate) glpk_add_cuts(T, cb);
-  if (reason == GLP_IBRANCH) glpk_branch(T, cb->own);
+  if (reason == GLP_IBRANCH && cb->most_fractional) {
+    int next, j = most_fractional(T, glp_get_num_cols(glp_ios_get_prob(T)), &next);
+    if (j) glp_ios_branch_upon(T, j, next);
+  } else if (reason == GLP_IBRANCH) {
+    glpk_branch(T, cb->own);
+  }
   bool over_iterations =
       cb->iteration_limit > 0 && glp_get_it_cnt(glp_ios_get_prob(T)) - cb->iterations0 > cb->iteration_limit;
   if (reason == GLP_ISELECT && ((cb->node_limit > 0 && ++cb->nodes > cb->node_limit) || over_iterations)) {
@@ -703,6 +709,17 @@ static int add_lazy_rows(glp_prob *P, const MilpModel *m, LazyRows *z, const glp
   return rc;
 }
 
+/* The root's optimal basis again (row_stat, col_stat): a second
+ * glp_intopt needs one. */
+static bool restore_root(glp_prob *P, const MilpModel *m, const int *row_stat, const int *col_stat, const glp_smcp *smcp) {
+  for (int i = 0; i < m->nrows; i++) glp_set_row_stat(P, i + 1, row_stat[i]);
+  for (int c = 0; c < m->ncols; c++) glp_set_col_stat(P, c + 1, col_stat[c]);
+  glp_smcp warm = *smcp;
+  warm.presolve = GLP_OFF;
+  warm.it_lim = INT_MAX;
+  return glp_simplex(P, &warm) == 0 && glp_get_status(P) == GLP_OPT;
+}
+
 /* The solve, with what it allocates in w (freed by the caller). */
 static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e, GlpkOwned *w) {
   glp_prob *P = glpk_load(m, o, w);
@@ -815,8 +832,19 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
   for (int i = 0; i < m->nrows; i++) row_stat[i] = glp_get_row_stat(P, i + 1);
   for (int c = 0; c < m->ncols; c++) col_stat[c] = glp_get_col_stat(P, c + 1);
   double root_bound = r->bound;
-  for (int tree = 0; tree < 2; tree++) {
+  /* tree 0: the first tree, by Driebeck-Tomlin (for o->dt_iterations
+   * where set); 1: where that ran out of them before it closed the gap,
+   * the first tree again from the root on the most fractional column, with
+   * the rest of its count; 2: the proof tree. */
+  long dt_used = 0;
+  bool dt_out = false;
+  for (int tree = 0; tree < 3; tree++) {
     if (tree == 1) {
+      if (!dt_out || r->status == MILP_OPTIMAL || r->status == MILP_TIME_LIMIT || r->status == MILP_INFEASIBLE) continue;
+      if (r->status == MILP_FEASIBLE) memcpy(sub, r->x, (size_t)m->ncols * sizeof(double)), start = sub, start_obj = r->objective;
+      if (!restore_root(P, m, row_stat, col_stat, &smcp)) break;
+    }
+    if (tree == 2) {
       if (!o->separate || r->status == MILP_OPTIMAL || r->status == MILP_TIME_LIMIT || r->status == MILP_INFEASIBLE ||
           (r->status == MILP_FEASIBLE && rel_gap(r->objective, r->bound) <= o->proof_gap))
         break;
@@ -838,17 +866,13 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
           if (rel_gap(start_obj, r->bound) <= o->proof_gap) break;
         }
       }
-      /* The root's optimal basis again: glp_intopt needs one. */
-      for (int i = 0; i < m->nrows; i++) glp_set_row_stat(P, i + 1, row_stat[i]);
-      for (int c = 0; c < m->ncols; c++) glp_set_col_stat(P, c + 1, col_stat[c]);
-      glp_smcp warm = smcp;
-      warm.presolve = GLP_OFF;
-      warm.it_lim = INT_MAX;
-      if (glp_simplex(P, &warm) != 0 || glp_get_status(P) != GLP_OPT) break;
+      if (!restore_root(P, m, row_stat, col_stat, &smcp)) break;
     }
+    long first = o->dt_iterations > 0 && (o->tree_iterations <= 0 || o->dt_iterations < o->tree_iterations) ? o->dt_iterations
+                                                                                                           : o->tree_iterations;
     GlpkCb cb = {.own = w, .m = m, .o = o, .start = start, .node_limit = o->node_limit,
-                 .iteration_limit = tree ? o->proof_iterations : o->tree_iterations, .t0 = t0, .bound = root_bound, .whole = true, .cuts = tree == 1,
-                 .target = HUGE_VAL};
+                 .iteration_limit = tree == 2 ? o->proof_iterations : tree == 1 ? (long)fmax(1, (double)(o->tree_iterations - dt_used)) : first,
+                 .t0 = t0, .bound = root_bound, .whole = true, .cuts = tree == 2, .most_fractional = tree == 1, .target = HUGE_VAL};
     glp_iocp iocp;
     glp_init_iocp(&iocp);
     iocp.msg_lev = GLP_MSG_OFF;
@@ -856,7 +880,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     iocp.cb_func = glpk_callback;
     iocp.cb_info = &cb;
     iocp.mip_gap = o->mip_gap;
-    if (tree == 1 && start && (w->target_x || (w->target_x = util_xcalloc((size_t)m->ncols + 1, sizeof(double))))) {
+    if (tree == 2 && start && (w->target_x || (w->target_x = util_xcalloc((size_t)m->ncols + 1, sizeof(double))))) {
       cb.target = glpk_target(m, start, start_obj, MILP_PROOF_SHARE * o->proof_gap, iocp.tol_obj, w->target_x);
       /* It runs until the target is proven, not to GLPK's gap of the stand-in. */
       if (cb.target < HUGE_VAL) cb.start = w->target_x, cb.real = start_obj, iocp.mip_gap = 0;
@@ -869,6 +893,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     glpk_set_time_limit(&iocp, o, t0);
     cb.iterations0 = glp_get_it_cnt(P);
     rc = glp_intopt(P, &iocp);
+    if (tree == 0) dt_used = glp_get_it_cnt(P) - cb.iterations0, dt_out = cb.counted_out && first < o->tree_iterations;
     int st = glp_mip_status(P);
     bool solved = st == GLP_OPT || st == GLP_FEAS;
     if (solved && cb.target < HUGE_VAL && is_stand_in(P, w->target_x, m->ncols)) {
