@@ -647,6 +647,11 @@ typedef struct MilpOptions {
   double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
   double dive_gap;       /* the first tree stops once its incumbent is within this of its bound (0: at mip_gap) */
+  /* GLPK: the first tree branches by Driebeck-Tomlin for at most this many
+   * simplex iterations; where they run out before it closes the gap, it
+   * starts again from the root on the most fractional column with the rest
+   * of tree_iterations. 0: Driebeck-Tomlin only. */
+  long dt_iterations;
   /* Before that tree: makes x (a solution, all ncols values) a better one
    * in place by the caller's own search around it, guided by lp_x (the
    * relaxation's point) and bound; false when it found none. The tree then

@@ -240,6 +240,35 @@ int main(void) {
       free(loose);
     }
   }
+  T_CASE("a first tree started again on the most fractional column proves the same optimum") {
+    int trees = 0;
+    for (unsigned seed = 1; seed <= 60; seed++) {
+      MilpModel m;
+      double *loose;
+      build(&m, seed, 0.3 + 0.01 * (seed % 30), &loose, 0.9);
+      MilpOptions o = {.solver = "glpk", .quiet = true};
+      MilpResult dt, again;
+      Err e;
+      T_CHECK(milp_solve(&m, &o, &dt, &e) == 0);
+      /* One iteration of Driebeck-Tomlin, then the rest of a count that
+       * does not bind on the most fractional column. */
+      o.tree_iterations = 1000000, o.dt_iterations = 1;
+      T_CHECK(milp_solve(&m, &o, &again, &e) == 0);
+      T_CHECKF(dt.status == again.status, "seed %u: %d vs %d", seed, dt.status, again.status);
+      if (dt.status == MILP_OPTIMAL) {
+        bool fractional = false; /* the relaxation's point: a tree was needed */
+        for (int t = 0; t < NT; t++) fractional |= fabs(dt.lp_x[t] - round(dt.lp_x[t])) > 1e-6;
+        trees += fractional;
+        T_CHECKF(same(again.objective, dt.objective) && milp_violation(&m, again.x) <= 1e-6 && again.bound <= again.objective + 1e-7,
+                 "seed %u: %.9g against %.9g, violation %g, bound %.9g", seed, again.objective, dt.objective,
+                 milp_violation(&m, again.x), again.bound);
+      }
+      milp_result_free(&dt), milp_result_free(&again);
+      milp_model_free(&m);
+      free(loose);
+    }
+    T_CHECKF(trees > 0, "%d solves needed a tree", trees);
+  }
   T_CASE("lazy rows stopped by the iteration count: a valid bound") {
     int stopped_in_rounds = 0;
     for (unsigned seed = 1; seed <= 20; seed++) {
