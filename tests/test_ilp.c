@@ -280,6 +280,30 @@ int main(void) {
     }
     plan_free(p);
   }
+  T_CASE("a graph whose resident bytes dominate: the smallest budget within 0.1% of info's lower bound, and met") {
+    /* A llama whose vocabulary's params and optimizer state dwarf its
+     * activations: the memory solve's descent reaches the least peak any
+     * plan has, and the solve stops there (docs/PLANNING.md 5 step 8). */
+    ModelConfig mc;
+    Buf json = {0};
+    Err e2 = {{0}};
+    model_defaults("llama", &mc, &e2);
+    mc.layers = 8, mc.dim = 256, mc.heads = 4, mc.kv_heads = 2, mc.ffn = 512, mc.vocab = 32000, mc.seq = 256, mc.batch = 1;
+    Graph *lg = model_build(&mc, &json, &e2) == 0 ? graph_parse("llama-vocab.json", json.data, json.len, &e2) : NULL;
+    T_CHECKF(lg != NULL, "%s", e2.msg);
+    int64_t resident, working;
+    int at;
+    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true, .device_homes_only = true};
+    char note[sizeof ((SolverInfo *)0)->note];
+    int64_t least = lg ? plan_ilp_min_budget(lg, h100, &o, note, &e2) : -1;
+    if (lg && info_lower_bound(lg, &resident, &working, &at) == 0) {
+      T_CHECKF(least >= resident + working && (double)least <= (double)(resident + working) * 1.001,
+               "smallest budget %lld, info's lower bound %lld: %s", (long long)least, (long long)(resident + working), e2.msg);
+      check_named_met(lg, h100, o, least, "the smallest budget");
+    }
+    graph_free(lg);
+    buf_free(&json);
+  }
   T_CASE("GLPK failing inside the solve: the best plan so far, a bound below the optimum, GLPK's reason") {
     int64_t m, k;
     if (tiny) range(tiny, h100, &m, &k);
