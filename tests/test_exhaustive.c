@@ -24,9 +24,11 @@
  * layer, its param on the device, host or host-refetch, its state on the
  * device or host and, where both are homed, its AdamW on the host or not.
  * The ilp must plan wherever the family has a plan, never beat its
- * optimum, and match it wherever an all-device plan is the optimum; where
- * the optimum needs homes the choice is plan_homes.c's rule, and the test
- * prints each budget where it is above the optimum and by how much.
+ * optimum, and match it wherever an all-device plan is the optimum; a plan
+ * with homes is the enumeration's own and no other choice for one layer
+ * fits and is faster; where the optimum needs homes the choice is
+ * plan_homes.c's rule, and the test prints each budget where it is above
+ * the optimum and by how much.
  */
 #include "ration.h"
 #include "test.h"
@@ -525,6 +527,55 @@ static bool enumerate_homes(const Graph *g, const Device *d, const Layers *L, Ou
   return ok;
 }
 
+/* The enumeration's code of decisions dec (the inverse of
+ * enumerate_homes' decoding), or -1 when dec is outside the family. */
+static long homes_code(const Graph *g, const Layers *L, const Decision *dec, long nstash) {
+  long code = 0, unit = 1;
+  for (int s = 0; s < g->nstashed; s++, unit *= 3) {
+    if (dec[g->stashed[s]] > DEC_OFFLOAD) return -1;
+    code += (long)dec[g->stashed[s]] * unit;
+  }
+  unit = nstash;
+  for (int i = 0; i < L->n; i++, unit *= LAYER_CHOICES) {
+    Decision w = dec[L->w[i]], m = dec[L->m[i]];
+    int home = w == DEC_NONE ? 0 : w == DEC_HOST ? 1 : w == DEC_HOST_REFETCH ? 2 : -1, c;
+    if (home < 0 || (m != DEC_NONE && m != DEC_HOST)) return -1;
+    if (dec[L->gw[i]] == DEC_HOST_OPTIMIZER) {
+      if (home == 0 || m != DEC_HOST) return -1;
+      c = 5 + home;
+    } else {
+      c = home + (m == DEC_HOST ? 3 : 0);
+    }
+    code += c * unit;
+  }
+  return code;
+}
+
+/* A plan of the rule with homes is the best of its neighbours: no other
+ * choice for one layer (its param's and state's homes, its AdamW's
+ * place) fits the budget and simulates faster (plan_homes.c's refinement
+ * on small graphs); and the plan is the enumeration's own, to the step. */
+static void check_homes_neighbours(const Graph *g, const Device *d, const Layers *L, const Outcome *out, long nstash,
+                                   const Plan *p, int64_t budget) {
+  long code = homes_code(g, L, p->decisions, nstash);
+  T_CHECKF(code >= 0, "ilp on %s at %" PRId64 ": decisions outside the enumerated family", g->name, budget);
+  if (code < 0) return;
+  double step = p->predicted.step_seconds;
+  T_CHECKF(out[code].step == step && out[code].arena == p->arena_bytes, "ilp on %s at %" PRId64 ": %.9g s, %" PRId64
+           " bytes; the same decisions enumerated: %.9g s, %" PRId64 " bytes", g->name, budget, step, p->arena_bytes,
+           out[code].step, out[code].arena);
+  long unit = nstash;
+  for (int i = 0; i < L->n; i++, unit *= LAYER_CHOICES) {
+    long c = code / unit % LAYER_CHOICES;
+    for (long other = 0; other < LAYER_CHOICES; other++) {
+      const Outcome *n = &out[code + (other - c) * unit];
+      T_CHECKF(other == c || n->arena > budget || !host_ok(d, n) || n->step >= step * (1 - 1e-9),
+               "ilp on %s at %" PRId64 ": layer %d's choice %ld -> %ld fits and simulates %.9g s, the plan %.9g s", g->name,
+               budget, i, c, other, n->step, step);
+    }
+  }
+}
+
 /* What the rule's plans cost against the optimum, over every graph. */
 static int homes_checks, homes_optimal, homes_slower, homes_refused;
 static double homes_worst_gap;
@@ -540,7 +591,8 @@ static double best_within(const Outcome *out, long nplans, const Device *d, int6
   return best;
 }
 
-static void check_homes_budget(const Graph *g, const Device *d, const Outcome *out, long nplans, int64_t budget) {
+static void check_homes_budget(const Graph *g, const Device *d, const Layers *L, const Outcome *out, long nstash,
+                               long nplans, int64_t budget) {
   double best = best_within(out, nplans, d, budget, true), best_device = best_within(out, nplans, d, budget, false);
   PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = budget, .quiet = true};
   Err e = {{0}};
@@ -559,6 +611,9 @@ static void check_homes_budget(const Graph *g, const Device *d, const Outcome *o
   double step = p->predicted.step_seconds;
   T_CHECKF(best >= 0 && step >= best * (1 - 1e-9), "ilp on %s at %" PRId64 ": %.9g beats the optimum %.9g", g->name,
            budget, step, best);
+  bool homes = false;
+  for (int t = 0; t < g->ntensors; t++) homes |= p->decisions[t] >= DEC_HOST;
+  if (homes) check_homes_neighbours(g, d, L, out, nstash, p, budget);
   /* Where a plan with everything on the device is the optimum, the ilp
    * alone finds it (the rule runs only when that fails). */
   if (best_device >= 0 && best_device <= best * (1 + 1e-12))
@@ -608,7 +663,7 @@ static void check_homes_graph(const Device *d, unsigned seed, int nf) {
     T_CHECK(least < least_device);
     int64_t budgets[] = {least - 1, least, least + (least_device - least) / 4, least + (least_device - least) / 2,
                          least_device - 1, least_device, least_device + (keep_all - least_device) / 2, keep_all};
-    for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) check_homes_budget(g, d, out, nplans, budgets[k]);
+    for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) check_homes_budget(g, d, &L, out, nstash, nplans, budgets[k]);
     printf("  %s: %d stashed, %ld plans, arena %" PRId64 " (homes) / %" PRId64 " (all device) .. %" PRId64 "\n", g->name,
            g->nstashed, nplans, least, least_device, keep_all);
   }
