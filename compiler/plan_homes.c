@@ -10,7 +10,9 @@
  * columns of the ilp (whose objective does not see the homes' copies).
  * Each set of homes is tried with the optimizer on the device and, where
  * the device gives host compute, with every optimizer op whose optimizer
- * state is host-homed on the host: the simulator's faster step wins.
+ * state is host-homed on the host: the simulator's faster step wins. On
+ * small graphs the simulator then refines the winner one decision, or one
+ * optimizer op's homes and place, at a time.
  */
 #include "ration.h"
 
@@ -40,6 +42,18 @@ static int home_candidates(const Graph *g, int *cand, Decision *how) {
   return n;
 }
 
+/* A host optimizer on grad T needs its op's params and optimizer state
+ * host-homed: those on the device go to host-refetch where allowed, else
+ * host. */
+static void home_operands(const Graph *g, Decision *dec, int t) {
+  const Op *o = &g->ops[plan_host_optimizer_op(g, t)];
+  for (int k = 0; k < o->ninputs; k++) {
+    int x = o->inputs[k];
+    if (x != t && dec[x] == DEC_NONE)
+      dec[x] = plan_home_allowed(g, x, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
+  }
+}
+
 /* Moves the optimizer to the host wherever dec host-homes an optimizer
  * op's optimizer state: the op's params host-homed too (host-refetch where
  * allowed) and its grad decided host-optimizer. How many ops moved. */
@@ -57,11 +71,7 @@ static int host_optimizer_all(const Graph *g, Decision *dec) {
       state_homed &= dec[x] == DEC_HOST;
     }
     if (!has_state || !state_homed) continue;
-    for (int k = 0; k < o->ninputs; k++) {
-      int x = o->inputs[k];
-      if (g->tensors[x].kind == KIND_PARAM && dec[x] != DEC_HOST && dec[x] != DEC_HOST_REFETCH)
-        dec[x] = plan_home_allowed(g, x, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
-    }
+    home_operands(g, dec, t);
     dec[t] = DEC_HOST_OPTIMIZER;
     n++;
   }
@@ -134,6 +144,119 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
     if (other >= 0 && other < arena) arena = other;
   }
   return s->last_arena = arena;
+}
+
+/* Single changes judged by the simulator, on graphs with at most this many
+ * decisions: the prefixes' order is a rule, not an optimum, and on small
+ * graphs plans are cheap (docs/PLANNING.md 1.2). */
+#define HOMES_REFINE_MAX 64
+
+/* Decision T's alternatives to try: a stashed tensor's other two, a home
+ * candidate's other homes, a host-optimizer grad's toggle. How many, into
+ * alt. */
+static int alternatives(const Graph *g, const Decision *dec, int t, Decision *alt) {
+  int n = 0;
+  if (g->tensors[t].kind == KIND_GRAD) {
+    if (plan_host_optimizer_op(g, t) >= 0) alt[n++] = dec[t] == DEC_HOST_OPTIMIZER ? DEC_NONE : DEC_HOST_OPTIMIZER;
+    return n;
+  }
+  static const Decision stashed[] = {DEC_KEEP, DEC_RECOMPUTE, DEC_OFFLOAD}, homes[] = {DEC_NONE, DEC_HOST, DEC_HOST_REFETCH};
+  bool is_home = g->tensors[t].kind == KIND_PARAM || g->tensors[t].kind == KIND_OPTSTATE;
+  for (int i = 0; i < 3; i++) {
+    Decision a = is_home ? homes[i] : stashed[i];
+    if (a != dec[t] && (!is_home || plan_home_allowed(g, t, a))) alt[n++] = a;
+  }
+  return n;
+}
+
+/* The tensors whose decisions refine moves: stashed, home candidates and
+ * host-optimizer grads (the last only with host compute). How many, into
+ * units, or -1 when over HOMES_REFINE_MAX. */
+static int refine_units(const Graph *g, const Device *d, int *units) {
+  int n = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    bool stashed = false;
+    for (int s = 0; s < g->nstashed && !stashed; s++) stashed = g->stashed[s] == t;
+    bool host_opt = d->host_memory_gbps > 0 && plan_host_optimizer_op(g, t) >= 0;
+    if (!stashed && !host_opt && !plan_home_allowed(g, t, DEC_HOST)) continue;
+    if (n == HOMES_REFINE_MAX) return -1;
+    units[n++] = t;
+  }
+  return n;
+}
+
+/* Whether dec runs some optimizer op on the host. */
+static bool any_on_host(const Graph *g, const Decision *dec) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (dec[t] == DEC_HOST_OPTIMIZER) return true;
+  return false;
+}
+
+/* The homes an optimizer op's operands may take, at most this many of
+ * them: an AdamW's param, master copy and moments. */
+#define HOMES_OP_OPERANDS 4
+
+/* Every combination of the homes of host-optimizer grad T's op's params
+ * and optimizer state and of the op's place (device or host): the first
+ * that fits and simulates faster than the best becomes the best. Whether
+ * one did. */
+static bool refine_op(Search *s, int t) {
+  const Graph *g = s->g;
+  static const Decision homes[] = {DEC_NONE, DEC_HOST, DEC_HOST_REFETCH};
+  const Op *o = &g->ops[plan_host_optimizer_op(g, t)];
+  int x[HOMES_OP_OPERANDS], nx = 0;
+  long combos = 2;
+  for (int k = 0; k < o->ninputs; k++) {
+    if (o->inputs[k] == t || !plan_home_allowed(g, o->inputs[k], DEC_HOST)) continue;
+    if (nx == HOMES_OP_OPERANDS) return false;
+    x[nx++] = o->inputs[k];
+    combos *= plan_home_allowed(g, o->inputs[k], DEC_HOST_REFETCH) ? 3 : 2;
+  }
+  for (long code = 0; code < combos; code++) {
+    memcpy(s->alt, s->best, (size_t)g->ntensors * sizeof *s->alt);
+    long c = code;
+    s->alt[t] = c % 2 ? DEC_HOST_OPTIMIZER : DEC_NONE;
+    c /= 2;
+    for (int i = 0; i < nx; i++) {
+      int n = plan_home_allowed(g, x[i], DEC_HOST_REFETCH) ? 3 : 2;
+      s->alt[x[i]] = homes[c % n];
+      c /= n;
+    }
+    if (!memcmp(s->alt, s->best, (size_t)g->ntensors * sizeof *s->alt)) continue;
+    double before = s->best_step;
+    consider(s, s->alt, &s->si, any_on_host(g, s->alt));
+    if (s->best_step != before) return true;
+  }
+  return false;
+}
+
+/* From the search's best, changes of one decision (a host optimizer's
+ * with the homes it needs), then of one optimizer op's homes and place
+ * together, that fit the budget and simulate a faster step are taken, one
+ * at a time, until none is. */
+static void refine(Search *s) {
+  const Graph *g = s->g;
+  int *units = util_xcalloc((size_t)HOMES_REFINE_MAX, sizeof *units);
+  int n = units ? refine_units(g, s->d, units) : -1;
+  for (bool moved = n > 0; moved;) {
+    moved = false;
+    for (int i = 0; i < n && !moved; i++) {
+      int t = units[i];
+      Decision alt[3];
+      int na = alternatives(g, s->best, t, alt);
+      for (int a = 0; a < na && !moved; a++) {
+        memcpy(s->alt, s->best, (size_t)g->ntensors * sizeof *s->alt);
+        s->alt[t] = alt[a];
+        if (alt[a] == DEC_HOST_OPTIMIZER) home_operands(g, s->alt, t);
+        double before = s->best_step;
+        consider(s, s->alt, &s->si, any_on_host(g, s->alt));
+        moved = s->best_step != before;
+      }
+    }
+    for (int i = 0; i < n && !moved; i++)
+      if (g->tensors[units[i]].kind == KIND_GRAD) moved = refine_op(s, units[i]);
+  }
+  free(units);
 }
 
 /* The first K candidates host-homed: the ilp is given the budget plus the
@@ -235,6 +358,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     if (reach > 0) refuse(g, d, o, reach, e);
     goto out;
   }
+  refine(&s);
   memcpy(dec, s.best, (size_t)n * sizeof *dec);
   *si = s.si;
   /* The solver fields say what the whole search did. */

@@ -18,10 +18,22 @@
  * gpt2-tiny, where grads held from their first user (not the whole step)
  * make keep-all fit a budget it did not, the ilp's optimum there is
  * keep-all's.
+ * The homes and the host optimizer: on chains with one AdamW op per layer
+ * (param, grad, one optimizer state) and a device with host compute, the
+ * whole family is enumerated: each stashed tensor's decision times, per
+ * layer, its param on the device, host or host-refetch, its state on the
+ * device or host and, where both are homed, its AdamW on the host or not.
+ * The ilp must plan wherever the family has a plan, never beat its
+ * optimum, and match it wherever an all-device plan is the optimum; a plan
+ * with homes is the enumeration's own and no other choice for one layer
+ * fits and is faster; where the optimum needs homes the choice is
+ * plan_homes.c's rule, and the test prints each budget where it is above
+ * the optimum and by how much.
  */
 #include "ration.h"
 #include "test.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -102,6 +114,7 @@ typedef struct Outcome {
   int64_t arena, peak, host;
   double step;
   bool offloads;
+  bool homes; /* some resident tensor off the device or an optimizer op on the host */
 } Outcome;
 
 /* Builds and simulates all 3^n plans; false if any is rejected. */
@@ -121,7 +134,7 @@ static bool enumerate(const Graph *g, const Device *d, Outcome *out, long nplans
     }
     bool offloads = false;
     for (int s = 0; s < g->nstashed; s++) offloads |= dec[g->stashed[s]] == DEC_OFFLOAD;
-    out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->host_bytes, p->predicted.step_seconds, offloads};
+    out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->host_bytes, p->predicted.step_seconds, offloads, false};
     plan_free(p);
   }
   free(dec);
@@ -377,7 +390,7 @@ static void check_model_remat(const Device *d, const char *family) {
     Plan *p = plan_from_decisions(g, d, dec, &e);
     T_CHECKF(p != NULL, "plan %ld: %s", code, e.msg);
     ok = p != NULL;
-    if (p) out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->host_bytes, p->predicted.step_seconds, false};
+    if (p) out[code] = (Outcome){p->arena_bytes, p->predicted.peak_live_bytes, p->host_bytes, p->predicted.step_seconds, false, false};
     plan_free(p);
   }
   if (ok) {
@@ -408,6 +421,257 @@ static void check_model_remat(const Device *d, const char *family) {
   buf_free(&b);
 }
 
+/* The homes' family: a device with host compute (a host that streams
+ * 4 GB/s through its AdamW, so a host update competes with bringing its
+ * state to the device and back), graphs of up to MAX_LAYERS layers and 8
+ * choices a layer. */
+static const char *homes_dev_json =
+    "{\"format\": \"ration-device/1\", \"name\": \"exh-homes\", \"memory\": \"1GiB\", \"reserve\": 0,"
+    " \"peak_tflops\": {\"f32\": 1}, \"hbm_gbps\": 1000, \"h2d_gbps\": 1, \"d2h_gbps\": 1, \"launch_us\": 1,"
+    " \"host_memory\": \"1GiB\", \"host_memory_gbps\": 4, \"host_cores\": 2}";
+
+#define MAX_LAYERS 3
+#define LAYER_CHOICES 8
+
+/* A chain of nf forward ops l<i>.f (activation a<i>, param w<i>), a loss
+ * head, one backward op per forward op in reverse, and per layer an AdamW
+ * op adamw.<i> over w<i>, gw<i> and its state m<i> (the moments, twice the
+ * param's bytes), each reading its bytes once. */
+static void gen_homes_graph(Buf *b, unsigned seed, int nf) {
+  static const int act[] = {512, 1024, 2048, 4096, 8192}, par[] = {256, 512, 1024, 2048, 4096};
+  int ae[MAX_LAYERS], pe[MAX_LAYERS];
+  rng_state = seed;
+  for (int i = 0; i < nf; i++) ae[i] = act[rnd(5)], pe[i] = par[rnd(5)];
+  buf_printf(b, "{\"format\": \"ration-graph/1\", \"name\": \"homes-%u\", \"outputs\": [\"loss\"], \"tensors\": [", seed);
+  buf_printf(b, "{\"name\": \"x\", \"shape\": [1024], \"dtype\": \"f32\", \"kind\": \"input\"},"
+                "{\"name\": \"loss\", \"shape\": [1], \"dtype\": \"f32\"}");
+  for (int i = 0; i < nf; i++) {
+    buf_printf(b, ",{\"name\": \"w%d\", \"shape\": [%d], \"dtype\": \"f32\", \"kind\": \"param\"}", i, pe[i]);
+    buf_printf(b, ",{\"name\": \"gw%d\", \"shape\": [%d], \"dtype\": \"f32\", \"kind\": \"grad\"}", i, pe[i]);
+    buf_printf(b, ",{\"name\": \"m%d\", \"shape\": [%d], \"dtype\": \"f32\", \"kind\": \"optstate\"}", i, 2 * pe[i]);
+    buf_printf(b, ",{\"name\": \"a%d\", \"shape\": [%d], \"dtype\": \"f32\"}", i, ae[i]);
+    if (i > 0) buf_printf(b, ",{\"name\": \"g%d\", \"shape\": [%d], \"dtype\": \"f32\"}", i, ae[i - 1]);
+  }
+  buf_printf(b, "], \"ops\": [");
+  for (int i = 0; i < nf; i++) {
+    buf_printf(b, "%s{\"name\": \"l%d.f\", \"type\": \"t\", \"phase\": \"forward\", \"inputs\": [", i ? "," : "", i);
+    if (i == 0) buf_printf(b, "\"x\"");
+    else buf_printf(b, "\"a%d\"", i - 1);
+    buf_printf(b, ", \"w%d\"], \"outputs\": [\"a%d\"], \"flops\": %u, \"bytes\": %d}", i, i,
+               (1 + rnd(300)) * 1000000u, ae[i] * 8);
+  }
+  buf_printf(b, ",{\"name\": \"head\", \"type\": \"t\", \"phase\": \"forward\", \"inputs\": [\"a%d\"],"
+                " \"outputs\": [\"loss\"], \"flops\": 1000000, \"bytes\": 0}", nf - 1);
+  for (int i = nf - 1; i >= 0; i--) {
+    buf_printf(b, ",{\"name\": \"bwd.l%d\", \"type\": \"t\", \"phase\": \"backward\", \"inputs\": [", i);
+    if (i == nf - 1) buf_printf(b, "\"a%d\"", i);
+    else buf_printf(b, "\"g%d\"", i + 1);
+    if (i == 0) buf_printf(b, ", \"x\"");
+    else buf_printf(b, ", \"a%d\"", i - 1);
+    buf_printf(b, ", \"w%d\"], \"outputs\": [", i);
+    if (i > 0) buf_printf(b, "\"g%d\", ", i);
+    buf_printf(b, "\"gw%d\"], \"flops\": %u, \"bytes\": 0}", i, (1 + rnd(500)) * 1000000u);
+  }
+  for (int i = 0; i < nf; i++)
+    buf_printf(b, ",{\"name\": \"adamw.%d\", \"type\": \"adamw\", \"phase\": \"optimizer\", \"inputs\": [\"w%d\", \"gw%d\","
+                  " \"m%d\"], \"outputs\": [\"w%d\", \"m%d\"], \"flops\": %d, \"bytes\": %d}",
+               i, i, i, i, i, i, 10 * pe[i], 16 * pe[i]);
+  buf_printf(b, "]}");
+}
+
+/* Layer choice c (0..7) of param w, its state m and grad gw into dec:
+ * c % 3 the param's home (device, host, host-refetch), c / 3 == 1 the
+ * state host-homed; 6 and 7: both homed (w host, host-refetch) and the
+ * AdamW on the host. */
+static void layer_choice(Decision *dec, int w, int m, int gw, int c) {
+  static const Decision param[3] = {DEC_NONE, DEC_HOST, DEC_HOST_REFETCH};
+  dec[w] = c < 6 ? param[c % 3] : param[c - 5];
+  dec[m] = c >= 3 ? DEC_HOST : DEC_NONE;
+  dec[gw] = c >= 6 ? DEC_HOST_OPTIMIZER : DEC_NONE;
+}
+
+typedef struct Layers {
+  int n, w[MAX_LAYERS], m[MAX_LAYERS], gw[MAX_LAYERS];
+} Layers;
+
+static int find_tensor(const Graph *g, const char *prefix, int i) {
+  char name[16];
+  snprintf(name, sizeof name, "%s%d", prefix, i);
+  for (int t = 0; t < g->ntensors; t++)
+    if (!strcmp(g->tensors[t].name, name)) return t;
+  return -1;
+}
+
+/* Builds and simulates every plan: code = stashed part + 3^n * layer part.
+ * False if any is rejected. */
+static bool enumerate_homes(const Graph *g, const Device *d, const Layers *L, Outcome *out, long nstash, long nplans) {
+  Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
+  bool ok = dec != NULL;
+  for (long code = 0; ok && code < nplans; code++) {
+    long c = code;
+    for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+    for (int s = 0; s < g->nstashed; s++, c /= 3) dec[g->stashed[s]] = (Decision)(c % 3);
+    bool homes = c > 0;
+    for (int i = 0; i < L->n; i++, c /= LAYER_CHOICES) layer_choice(dec, L->w[i], L->m[i], L->gw[i], (int)(c % LAYER_CHOICES));
+    Err e;
+    Plan *p = plan_from_decisions(g, d, dec, &e);
+    if (!p) {
+      printf("  plan %ld (%ld stashed codes) rejected: %s\n", code, nstash, e.msg);
+      ok = false;
+      break;
+    }
+    out[code] = (Outcome){.arena = p->arena_bytes, .host = p->host_bytes, .step = p->predicted.step_seconds, .homes = homes};
+    plan_free(p);
+  }
+  free(dec);
+  return ok;
+}
+
+/* The enumeration's code of decisions dec (the inverse of
+ * enumerate_homes' decoding), or -1 when dec is outside the family. */
+static long homes_code(const Graph *g, const Layers *L, const Decision *dec, long nstash) {
+  long code = 0, unit = 1;
+  for (int s = 0; s < g->nstashed; s++, unit *= 3) {
+    if (dec[g->stashed[s]] > DEC_OFFLOAD) return -1;
+    code += (long)dec[g->stashed[s]] * unit;
+  }
+  unit = nstash;
+  for (int i = 0; i < L->n; i++, unit *= LAYER_CHOICES) {
+    Decision w = dec[L->w[i]], m = dec[L->m[i]];
+    int home = w == DEC_NONE ? 0 : w == DEC_HOST ? 1 : w == DEC_HOST_REFETCH ? 2 : -1, c;
+    if (home < 0 || (m != DEC_NONE && m != DEC_HOST)) return -1;
+    if (dec[L->gw[i]] == DEC_HOST_OPTIMIZER) {
+      if (home == 0 || m != DEC_HOST) return -1;
+      c = 5 + home;
+    } else {
+      c = home + (m == DEC_HOST ? 3 : 0);
+    }
+    code += c * unit;
+  }
+  return code;
+}
+
+/* A plan of the rule with homes is the best of its neighbours: no other
+ * choice for one layer (its param's and state's homes, its AdamW's
+ * place) fits the budget and simulates faster (plan_homes.c's refinement
+ * on small graphs); and the plan is the enumeration's own, to the step. */
+static void check_homes_neighbours(const Graph *g, const Device *d, const Layers *L, const Outcome *out, long nstash,
+                                   const Plan *p, int64_t budget) {
+  long code = homes_code(g, L, p->decisions, nstash);
+  T_CHECKF(code >= 0, "ilp on %s at %" PRId64 ": decisions outside the enumerated family", g->name, budget);
+  if (code < 0) return;
+  double step = p->predicted.step_seconds;
+  T_CHECKF(out[code].step == step && out[code].arena == p->arena_bytes, "ilp on %s at %" PRId64 ": %.9g s, %" PRId64
+           " bytes; the same decisions enumerated: %.9g s, %" PRId64 " bytes", g->name, budget, step, p->arena_bytes,
+           out[code].step, out[code].arena);
+  long unit = nstash;
+  for (int i = 0; i < L->n; i++, unit *= LAYER_CHOICES) {
+    long c = code / unit % LAYER_CHOICES;
+    for (long other = 0; other < LAYER_CHOICES; other++) {
+      const Outcome *n = &out[code + (other - c) * unit];
+      T_CHECKF(other == c || n->arena > budget || !host_ok(d, n) || n->step >= step * (1 - 1e-9),
+               "ilp on %s at %" PRId64 ": layer %d's choice %ld -> %ld fits and simulates %.9g s, the plan %.9g s", g->name,
+               budget, i, c, other, n->step, step);
+    }
+  }
+}
+
+/* What the rule's plans cost against the optimum, over every graph. */
+static int homes_checks, homes_optimal, homes_slower, homes_refused;
+static double homes_worst_gap;
+
+/* The fastest plan within budget (homes: any; else every resident on the
+ * device), its step or -1. */
+static double best_within(const Outcome *out, long nplans, const Device *d, int64_t budget, bool homes) {
+  double best = -1;
+  for (long c = 0; c < nplans; c++)
+    if ((homes || !out[c].homes) && out[c].arena <= budget && host_ok(d, &out[c]) &&
+        (best < 0 || out[c].step < best))
+      best = out[c].step;
+  return best;
+}
+
+static void check_homes_budget(const Graph *g, const Device *d, const Layers *L, const Outcome *out, long nstash,
+                               long nplans, int64_t budget) {
+  double best = best_within(out, nplans, d, budget, true), best_device = best_within(out, nplans, d, budget, false);
+  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = budget, .quiet = true};
+  Err e = {{0}};
+  Plan *p = plan_make(g, d, &o, &e);
+  homes_checks++;
+  if (!p) {
+    T_CHECKF(best < 0, "ilp on %s at %" PRId64 ": refused (%s) but a plan of step %.9g fits", g->name, budget, e.msg,
+             best);
+    homes_refused += best >= 0;
+    return;
+  }
+  Err ce;
+  T_CHECKF(sim_check(p, g, &ce) == 0, "ilp on %s at %" PRId64 ": %s", g->name, budget, ce.msg);
+  T_CHECKF(plan_fits(p, d, budget), "ilp on %s at %" PRId64 ": arena %" PRId64 " or host %" PRId64 " over", g->name,
+           budget, p->arena_bytes, p->host_bytes);
+  double step = p->predicted.step_seconds;
+  T_CHECKF(best >= 0 && step >= best * (1 - 1e-9), "ilp on %s at %" PRId64 ": %.9g beats the optimum %.9g", g->name,
+           budget, step, best);
+  bool homes = false;
+  for (int t = 0; t < g->ntensors; t++) homes |= p->decisions[t] >= DEC_HOST;
+  if (homes) check_homes_neighbours(g, d, L, out, nstash, p, budget);
+  /* Where a plan with everything on the device is the optimum, the ilp
+   * alone finds it (the rule runs only when that fails). */
+  if (best_device >= 0 && best_device <= best * (1 + 1e-12))
+    T_CHECKF(step <= best * (1 + 1e-9), "ilp on %s at %" PRId64 ": %.9g, all-device optimum %.9g", g->name, budget,
+             step, best);
+  if (step <= best * (1 + 1e-9)) {
+    homes_optimal++;
+  } else {
+    homes_slower++;
+    double gap = step / best - 1;
+    if (gap > homes_worst_gap) homes_worst_gap = gap;
+    printf("  rule above the optimum: %s at %" PRId64 ": %.9g s, optimum %.9g s (+%.2f%%)%s\n", g->name, budget, step,
+           best, 100 * gap, best_device >= 0 ? ", a plan with every resident on the device fits" : "");
+  }
+  plan_free(p);
+}
+
+static void check_homes_graph(const Device *d, unsigned seed, int nf) {
+  Buf b = {0};
+  gen_homes_graph(&b, seed, nf);
+  Err e;
+  Graph *g = b.failed ? NULL : graph_parse("gen.json", b.data, b.len, &e);
+  T_CHECKF(g != NULL, "%s", b.failed ? "out of memory" : e.msg);
+  if (!g) {
+    buf_free(&b);
+    return;
+  }
+  Layers L = {.n = nf};
+  for (int i = 0; i < nf; i++) {
+    L.w[i] = find_tensor(g, "w", i), L.m[i] = find_tensor(g, "m", i), L.gw[i] = find_tensor(g, "gw", i);
+    T_CHECK(L.w[i] >= 0 && L.m[i] >= 0 && L.gw[i] >= 0 && plan_home_allowed(g, L.w[i], DEC_HOST_REFETCH) &&
+            plan_host_optimizer_op(g, L.gw[i]) >= 0);
+  }
+  long nstash = 1, nplans;
+  for (int s = 0; s < g->nstashed; s++) nstash *= 3;
+  nplans = nstash;
+  for (int i = 0; i < nf; i++) nplans *= LAYER_CHOICES;
+  Outcome *out = calloc((size_t)nplans, sizeof *out);
+  bool ok = out && enumerate_homes(g, d, &L, out, nstash, nplans);
+  T_CHECK(ok);
+  if (ok) {
+    int64_t least = INT64_MAX, least_device = INT64_MAX, keep_all = out[0].arena;
+    for (long c = 0; c < nplans; c++) {
+      if (out[c].arena < least) least = out[c].arena;
+      if (!out[c].homes && out[c].arena < least_device) least_device = out[c].arena;
+    }
+    T_CHECK(least < least_device);
+    int64_t budgets[] = {least - 1, least, least + (least_device - least) / 4, least + (least_device - least) / 2,
+                         least_device - 1, least_device, least_device + (keep_all - least_device) / 2, keep_all};
+    for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) check_homes_budget(g, d, &L, out, nstash, nplans, budgets[k]);
+    printf("  %s: %d stashed, %ld plans, arena %" PRId64 " (homes) / %" PRId64 " (all device) .. %" PRId64 "\n", g->name,
+           g->nstashed, nplans, least, least_device, keep_all);
+  }
+  free(out);
+  graph_free(g);
+  buf_free(&b);
+}
+
 int main(void) {
   Err e;
   Device *d = device_parse("exh-dev.json", dev_json, strlen(dev_json), &e);
@@ -426,10 +690,26 @@ int main(void) {
   check_graph(d, 11, 6, true, true);
   T_CASE("llama, 1 layer: ilp against every keep/recompute plan") check_model_remat(d, "llama");
   T_CASE("gpt2-tiny at keep-all's arena, which grads held all step would overflow: the ilp's optimum is keep-all") check_grads_late();
+  Device *hd = device_parse("exh-homes.json", homes_dev_json, strlen(homes_dev_json), &e);
+  T_CASE("the homes' device") T_CHECKF(hd != NULL, "%s", e.msg);
+  static const struct {
+    unsigned seed;
+    int nf;
+  } homes_cases[] = {{1, 2}, {2, 2}, {3, 3}, {4, 3}, {5, 3}};
+  for (size_t i = 0; hd && i < sizeof homes_cases / sizeof homes_cases[0]; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "homes chain seed %u, %d layers: every plan with homes and the host optimizer",
+             homes_cases[i].seed, homes_cases[i].nf);
+    T_CASE(name) check_homes_graph(hd, homes_cases[i].seed, homes_cases[i].nf);
+  }
+  device_free(hd);
   printf("exact: %d solves, below the family's keep/recompute optimum in %d\n", exact_solves, exact_below);
   printf("ilp: %d checks, %d behind the optimum only where the layout (not the peak) decides what fits, %d below the "
          "family's reach with params or optimizer state host-homed\n",
          ilp_checks, layout_bound, ilp_homes);
+  printf("ilp with homes and the host optimizer (a rule): %d budgets, at the family's optimum at %d, above it at %d "
+         "(worst +%.2f%%), refused where a plan fits at %d\n",
+         homes_checks, homes_optimal, homes_slower, 100 * homes_worst_gap, homes_refused);
   if (ilp_missing) printf("note: strategy ilp not built in: %d optimality checks not run\n", ilp_missing);
   device_free(d);
   T_DONE();
