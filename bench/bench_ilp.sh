@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench_ilp.sh - the ilp strategy's solve time, status and gap per model at
-# the budget points m + f (k - m) (m: the smallest budget the planner names
-# for the model, from its infeasible-budget message; k: the keep-all peak),
+# the budget points m + f (k - m) (m: the ilp's smallest budget with every
+# resident tensor on the device, bench/min_budget.c, so that no point sends
+# the planner to host-home params or optimizer state; k: the keep-all peak),
 # with the simulated step time over keep-all's and the wall time of the
 # whole `ration plan` run. Markdown on stdout, for bench/RESULTS.md.
 #   sh bench/bench_ilp.sh [--device D] [--time-limit S] [--points "0 0.5 1"] [MODEL...]
@@ -17,6 +18,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -eq 0 ] && set -- models/gpt2-tiny.json models/llama-tiny.json models/unet.json models/gpt2-124m.json \
   models/llama3.2-1b.json models/llama3-8b.json models/gpt2-1558m.json
+make -s all
+cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime -Wall -Wextra -Werror bench/min_budget.c \
+  build/rel/libration-compiler.a build/rel/libration.a -lglpk -lCbcSolver -lCbc -lcjson -lnettle -lm -lpthread \
+  -o build/min_budget || exit 2
+case "$device" in */*|*.json) device_file=$device;; *) device_file=budgets/$device.json;; esac
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 field() { grep -o "\"$1\": [^,}]*" "$2" | head -1 | sed 's/.*: //; s/"//g'; }
 now() { date +%s.%N; }
@@ -26,8 +32,7 @@ for g in "$@"; do
   name=$(basename "$g" .json)
   $RATION plan "$g" --device "$device" --strategy keep-all --budget 1000% -o "$tmp/k" >/dev/null 2>&1 || continue
   k=$(field peak_live_bytes "$tmp/k.plan.json"); base=$(field step_seconds "$tmp/k.plan.json")
-  m=$($RATION plan "$g" --device "$device" $limit --budget 1 -o "$tmp/m" 2>&1 >/dev/null |
-      sed -n 's/.*smallest budget planned is \([0-9]*\) bytes.*/\1/p')
+  m=$(build/min_budget "$g" "$device_file" 2>/dev/null)
   [ -z "$m" ] && { echo "| $name | - | - | no smallest budget named | | | | | | |"; continue; }
   for f in $points; do
     b=$(awk -v m="$m" -v k="$k" -v f="$f" 'BEGIN { printf "%.0f", m + f * (k - m) }')
