@@ -68,12 +68,24 @@ stats() { sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[
   printf "%.3f [%.3f-%.3f]", m, v[1], v[NR] }'; }
 median() { stats | cut -d' ' -f1; }
 
-# One row: model, row name, budget (bytes or a percentage), strategy.
+plan_at() { # strategy; plans $g at $budget with the last profile's costs
+  $R plan "$g" --device $DEV --costs "$tmp/a$na.json" --strategy "$1" --budget "$budget" --time-limit 20 \
+    -o "$tmp/p" >/dev/null 2>"$tmp/err"
+}
+# One row: model, row name, budget (bytes or a percentage), strategy, and
+# "smallest" where the budget is m.
 row() {
   g=models/$1.json
   : >"$tmp/a.ms"; tail -1 "$tmp/all-a.ms" >"$tmp/a.ms"
-  if ! $R plan "$g" --device $DEV --costs "$tmp/a$na.json" --strategy "$4" --budget "$3" --time-limit 20 \
-       -o "$tmp/p" >/dev/null 2>"$tmp/err"; then
+  # m was found on the device file's costs; with the profile's the smallest
+  # budget moves a little, and f = 0 means the smallest one these costs allow.
+  budget=$3; planned=
+  plan_at "$4" && planned=1
+  if [ -z "$planned" ] && [ "$5" = smallest ]; then
+    budget=$(sed -n 's/.*smallest budget planned is \([0-9]*\) bytes.*/\1/p' "$tmp/err")
+    [ -n "$budget" ] && plan_at "$4" && planned=1
+  fi
+  if [ -z "$planned" ]; then
     echo "| $1 | $n | $2 | $3 | no plan: $(sed -n '1s/^[^:]*: //p' "$tmp/err" | cut -c1-100) | | | | | $(cut -d' ' -f1 /proc/loadavg) |"
     return
   fi
@@ -109,7 +121,8 @@ for model in $MODELS; do
     na=0; : >"$tmp/a.ms"; profile_run; cp "$tmp/a.ms" "$tmp/all-a.ms"
     row "$model" keep-all 200% keep-all
     for f in $FS; do
-      row "$model" "$STRATEGY f=$f" "$(awk -v m="$m" -v k="$k" -v f="$f" 'BEGIN { printf "%.0f", m + f * (k - m) }')" "$STRATEGY"
+      row "$model" "$STRATEGY f=$f" "$(awk -v m="$m" -v k="$k" -v f="$f" 'BEGIN { printf "%.0f", m + f * (k - m) }')" \
+        "$STRATEGY" "$([ "$f" = 0 ] && echo smallest)"
     done
     echo "| $model | $n | keep-all runs of the block | | | $(median <"$tmp/all-a.ms") | | | | $(sort -g "$tmp/all-a.ms" |
       awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f", hi / lo }') | $(cut -d' ' -f1 /proc/loadavg) |"
