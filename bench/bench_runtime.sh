@@ -86,7 +86,7 @@ row() {
     [ -n "$budget" ] && plan_at "$4" && planned=1
   fi
   if [ -z "$planned" ]; then
-    echo "| $1 | $n | $2 | $3 | no plan: $(sed -n '1s/^[^:]*: //p' "$tmp/err" | cut -c1-100) | | | | | $(cut -d' ' -f1 /proc/loadavg) |"
+    echo "| $1 | $n | $2 | $3 | no plan: $(sed -n '1s/^[^:]*: //p' "$tmp/err" | cut -c1-100) | | | | | | $(cut -d' ' -f1 /proc/loadavg) |"
     return
   fi
   build "$tmp/p" "$tmp/train-p"
