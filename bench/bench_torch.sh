@@ -10,7 +10,15 @@
 # a venv this script sets up in build/torch-venv: Debian's 1.13 has a
 # generic BLAS and is not what users run). Every figure of a row is
 # measured within a minute of the others; compare ratios, not runs.
+# The plan is made from the op times of the keep-all run just before it
+# (`train --profile` at the row's thread count), so its predicted overhead
+# (plan predicted / keep-all predicted, both from that profile) stands
+# beside its measured one (plan measured / keep-all measured, keep-all's
+# the mean of its runs just before and just after the plan's: this
+# machine drifts between runs). "within" says whether the measured
+# overhead is at most the predicted one plus 5% of the keep-all step.
 # Usage (after `make`): sh bench/bench_torch.sh [STEPS]   (default 20)
+#   MODELS (names, e.g. "gpt2-6l384") runs only those models' rows.
 set -e
 STEPS=${1:-20}
 R=bin/ration
@@ -25,18 +33,20 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 $R model gpt2 --layers 6 --dim 384 --heads 6 --vocab 256 --seq 256 --batch 4 --dtype f32 -o "$tmp/gpt2-6l384.json"
 
 build() { # schedule base path, binary
-  n=$(basename "$1")
-  cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I"$(dirname "$1")" -DSCHED_HEADER="\"$n.sched.h\"" \
-    -DSCHED_ENTRY="ration_schedule_$(echo "$n" | tr -c 'A-Za-z0-9\n' '_')" -o "$2" examples/train.c "$1.sched.c" \
+  base=$(basename "$1")
+  cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I"$(dirname "$1")" -DSCHED_HEADER="\"$base.sched.h\"" \
+    -DSCHED_ENTRY="ration_schedule_$(echo "$base" | tr -c 'A-Za-z0-9\n' '_')" -o "$2" examples/train.c "$1.sched.c" \
     "$BUILD/libration.a" -lm -lpthread
 }
 ms() { sed -n 's/^step time: .* measured \([0-9.]*\) ms.*/\1/p'; }
+predicted_ms() { sed -n 's/^step time: predicted \([0-9.]*\) ms.*/\1/p'; }
 
 echo "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'), $(nproc) cores, $STEPS steps after a warm-up one"
-echo "| model | threads | ration keep-all ms | plan budget | ration plan (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | load |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| model | threads | ration keep-all ms | plan budget | ration plan (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | plan / keep-all predicted | plan / keep-all measured | within | load |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
   m=$(basename "$g" .json)
+  case " ${MODELS:-$m} " in *" $m "*) ;; *) continue ;; esac
   $R plan "$g" --device $DEV --strategy keep-all --budget 200% -o "$tmp/$m-k" >/dev/null
   # 60% of keep-all, or the smallest budget the planner names when 60% is below it.
   keep=$($R info "$g" --device $DEV | sed -n 's/^  keep-all .*(\([0-9]*\) bytes)$/\1/p')
@@ -45,15 +55,31 @@ for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
   if [ -z "$keep" ] || [ -z "$smallest" ]; then echo "$m: no keep-all peak or smallest budget" >&2; exit 1; fi
   budget=$(echo "$keep $smallest" | awk '{ b = int($1 * 0.6); print (b < $2 ? $2 : b) }')
   share=$(echo "$budget $keep $smallest" | awk '{ printf "%.2f%s", $1 / $2, $1 == $3 ? " (smallest)" : " (60%)" }')
-  $R plan "$g" --device $DEV --budget "$budget" --time-limit 20 -o "$tmp/$m-p" >/dev/null
   build "$tmp/$m-k" "$tmp/$m-k.train"
-  build "$tmp/$m-p" "$tmp/$m-p.train"
   tokens=$(python3 -c "import json; t=[t for t in json.load(open('$g'))['tensors'] if t['name']=='tokens'][0]['shape']; print(t[0]*t[1])")
   for n in 1 2; do
-    k=$("$tmp/$m-k.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
-    p=$("$tmp/$m-p.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
+    k1=$("$tmp/$m-k.train" --steps $((STEPS + 1)) --threads $n --sample 0 --profile "$tmp/$m-$n.costs.json" | ms)
+    kp=$($R simulate "$g" "$tmp/$m-k.plan.json" --device $DEV --costs "$tmp/$m-$n.costs.json" |
+         sed -n 's/^step_seconds \([0-9.e+-]*\) .*/\1/p' | awk '{ printf "%.3f", $1 * 1e3 }')
+    # The smallest budget moves a little with the profile's costs: where the
+    # row plans at the smallest, it takes the one these costs allow.
+    b=$budget; s=$share
+    if ! $R plan "$g" --device $DEV --costs "$tmp/$m-$n.costs.json" --budget "$b" --time-limit 20 -o "$tmp/$m-p" \
+         >/dev/null 2>"$tmp/err"; then
+      b=$(sed -n 's/.*the smallest budget planned is \([0-9]*\) bytes.*/\1/p' "$tmp/err")
+      if [ "$budget" != "$smallest" ] || [ -z "$b" ]; then cat "$tmp/err" >&2; exit 1; fi
+      $R plan "$g" --device $DEV --costs "$tmp/$m-$n.costs.json" --budget "$b" --time-limit 20 -o "$tmp/$m-p" >/dev/null
+      s=$(echo "$b $keep" | awk '{ printf "%.2f (smallest)", $1 / $2 }')
+    fi
+    build "$tmp/$m-p" "$tmp/$m-p.train"
+    out=$("$tmp/$m-p.train" --steps $((STEPS + 1)) --threads $n --sample 0)
+    p=$(echo "$out" | ms); pp=$(echo "$out" | predicted_ms)
+    k2=$("$tmp/$m-k.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
+    k=$(echo "$k1 $k2" | awk '{ printf "%.3f", ($1 + $2) / 2 }')
     t=$("$VENV/bin/python" bench/torch_model.py "$g" $n "$STEPS" | sed -n 's/^median_ms //p')
-    echo "| $m | $n | $k | $share | $p | $t | $(echo "$k $t" | awk '{ printf "%.2f", $1 / $2 }') |\
- $(echo "$tokens $k" | awk '{ printf "%.0f", $1 / ($2 / 1e3) }') | $(cut -d' ' -f1 /proc/loadavg) |"
+    echo "| $m | $n | $k | $s | $p | $t | $(echo "$k $t" | awk '{ printf "%.2f", $1 / $2 }') |\
+ $(echo "$tokens $k" | awk '{ printf "%.0f", $1 / ($2 / 1e3) }') |\
+ $(echo "$pp $kp $p $k" | awk '{ pr = $1 / $2; me = $3 / $4; printf "%.3f | %.3f | %s", pr, me, me <= pr + 0.05 ? "yes" : "no" }') |\
+ $(cut -d' ' -f1 /proc/loadavg) |"
   done
 done
