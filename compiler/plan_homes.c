@@ -175,10 +175,8 @@ static int alternatives(const Graph *g, const Decision *dec, int t, Decision *al
 static int refine_units(const Graph *g, const Device *d, int *units) {
   int n = 0;
   for (int t = 0; t < g->ntensors; t++) {
-    bool stashed = false;
-    for (int s = 0; s < g->nstashed && !stashed; s++) stashed = g->stashed[s] == t;
     bool host_opt = d->host_memory_gbps > 0 && plan_host_optimizer_op(g, t) >= 0;
-    if (!stashed && !host_opt && !plan_home_allowed(g, t, DEC_HOST)) continue;
+    if (!g->tensors[t].stashed && !host_opt && !plan_home_allowed(g, t, DEC_HOST)) continue;
     if (n == HOMES_REFINE_MAX) return -1;
     units[n++] = t;
   }
