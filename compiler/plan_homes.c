@@ -231,12 +231,12 @@ static bool refine_op(Search *s, int t) {
 /* From the search's best, changes of one decision (a host optimizer's
  * with the homes it needs), then of one optimizer op's homes and place
  * together, that fit the budget and simulate a faster step are taken, one
- * at a time, until none is. */
+ * at a time, until none is or --time-limit's deadline passes. */
 static void refine(Search *s) {
   const Graph *g = s->g;
   int *units = util_xcalloc((size_t)HOMES_REFINE_MAX, sizeof *units);
   int n = units ? refine_units(g, s->d, units) : -1;
-  for (bool moved = n > 0; moved;) {
+  for (bool moved = n > 0; moved && !plan_past_deadline(s->o);) {
     moved = false;
     for (int i = 0; i < n && !moved; i++) {
       int t = units[i];
