@@ -12,7 +12,8 @@
  * that are overwritten start from the same garbage, so a kernel that skips
  * an element shows. The GPU time is the kernel's, from CUDA events. Inputs
  * are fresh every run (the seed is printed; KCHECK_SEED=N repeats it;
- * KCHECK_OPS="a b" checks only those op types). Each case prints its GB/s:
+ * KCHECK_OPS="a b" checks only those op types; RATION_CUDA_KERNELS picks the
+ * next kernels of those it names, runtime/cuda/cuda.cuh). Each case prints its GB/s:
  * its inputs' and outputs' bytes over its time, the figure that matters for
  * the memory-bound ops. Exit 0 when every case passes.
  *

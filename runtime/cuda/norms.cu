@@ -181,7 +181,7 @@ int rt_cuda_k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errle
           (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
-  if (rt_cuda_next_kernels() && !next_layernorm_backward(ctx_of(a), dx, dw, db, dy, x, w, mp, rp, N, C))
+  if (rt_cuda_next_kernel(OP) && !next_layernorm_backward(ctx_of(a), dx, dw, db, dy, x, w, mp, rp, N, C))
     return rt_cuda_launched(err, errlen, OP);
   if (dx)
     layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);
