@@ -120,6 +120,13 @@ static const Case cases[] = {
   {"layernorm", 3, 3, {F(4, 64, 200), F(200), F(200)}, {F(4, 64, 200), S(4, 64), S(4, 64)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
   {"layernorm", 3, 3, {F(4, 64, 100), F(100), F(100)}, {F(4, 64, 100), S(4, 64), S(4, 64)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
   {"layernorm", 3, 3, {F(8, 1024, 768), F(768), F(768)}, {F(8, 1024, 768), S(8, 1024), S(8, 1024)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
+  /* Rows that are not whole 16-byte vectors (the next matmul stages them
+   * through padded rows in the workspace): several blocks of rows forward
+   * and of columns for dw, the last one narrower; a bias over such rows. */
+  {"matmul", 2, 1, {F(1, 512, 64), F(50257, 64)}, {F(1, 512, 50257)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"matmul", 3, 1, {F(2, 256, 64), F(1001, 64), F(1001)}, {F(2, 256, 1001)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"matmul_backward", 3, 2, {F(1, 512, 50257), F(1, 512, 64), F(50257, 64)}, {F(1, 512, 64), F(50257, 64)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"matmul_backward", 3, 3, {F(2, 256, 1001), F(2, 256, 64), F(1001, 64)}, {F(2, 256, 64), F(1001, 64), F(1001)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
   {"concat_rows", 4, 1, {F(256, 768), F(256, 768), F(256, 768), F(256, 768)}, {F(1024, 768)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
 };
 

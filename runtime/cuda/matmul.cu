@@ -2,7 +2,9 @@
  * matmul.cu - matmul and its backward through cuBLASLt, with a plan
  * (descriptors, layouts, algorithm) chosen once per shape, operand
  * alignment and workspace and kept in the context; the bias gradient by a
- * deterministic column sum.
+ * deterministic column sum. RATION_CUDA_KERNELS=next stages products
+ * whose rows are not whole 16-byte vectors (gpt2's vocabulary of 50,257)
+ * through padded rows in the workspace (gpu/KERNELS.md).
  */
 #include "cuda.cuh"
 
@@ -127,6 +129,99 @@ static int lt_matmul(rt_CudaKernelCtx *c, int64_t m, int64_t n, int64_t k, const
   return 0;
 }
 
+/* ------------------------------------------------- staged products, next */
+
+/* A row-major operand of W elements a row whose rows are not whole 16-byte
+ * vectors gives cuBLASLt a leading dimension no tensor-core kernel takes
+ * (gpt2's logits, W = 50,257): the next kernels copy it in blocks into
+ * rows padded to 16 bytes in the first part of the workspace (the rest
+ * stays cuBLASLt's) and run each block's product there. Each output element
+ * is still one product over the whole k, in one cuBLASLt call: the blocks
+ * split only the rows (forward, dx) or the columns (dw) of the output. */
+#define STAGE_ALIGN 256
+
+typedef struct {
+  unsigned char *buf; /* the staging rows */
+  size_t bytes;
+  void *ws; /* what is left for cuBLASLt */
+  size_t ws_bytes;
+} Stage;
+
+/* The staging area for rows of W elements of ES bytes, or false where the
+ * rows are already whole vectors, the op's next kernel is not selected or
+ * the workspace holds no padded row. The padding is never read: every
+ * product is told the real row length. */
+static bool stage_for(rt_CudaKernelCtx *c, const char *op, int64_t W, int64_t es, Stage *s) {
+  if (!rt_cuda_next_kernel(op) || (W * es) % 16 == 0 || !c->lt_ws) return false;
+  size_t cut = c->lt_ws_bytes / 4 * 3 / STAGE_ALIGN * STAGE_ALIGN;
+  s->buf = (unsigned char *)c->lt_ws, s->bytes = cut;
+  s->ws = s->buf + cut, s->ws_bytes = c->lt_ws_bytes - cut;
+  return cut >= (size_t)(W * es + 16);
+}
+
+static int64_t padded(int64_t W, int64_t es) { return (W * es + 15) / 16 * 16 / es; }
+
+static int copy_rows(rt_CudaKernelCtx *c, void *dst, int64_t dpitch, const void *src, int64_t spitch, int64_t width,
+                     int64_t rows, char *err, size_t errlen, const char *op) {
+  cudaError_t e = cudaMemcpy2DAsync(dst, (size_t)dpitch, src, (size_t)spitch, (size_t)width, (size_t)rows,
+                                    cudaMemcpyDeviceToDevice, c->stream);
+  return e == cudaSuccess ? 0 : rt_cuda_fail(err, errlen, RT_KERNEL_EDEVICE, op, "%s", cudaGetErrorString(e));
+}
+
+/* y[N,OC] = x[N,C] w^T (+ bias) by blocks of rows computed into padded rows, then copied to y. */
+static int staged_forward(rt_CudaKernelCtx *c, const Stage *s, const rt_View *x, const rt_View *w, const void *bias,
+                          const rt_View *y, int64_t N, int64_t C, int64_t OC, char *err, size_t errlen) {
+  int64_t es = rt_dtype_size(x->dtype), P = padded(OC, es), R = (int64_t)(s->bytes / (size_t)(P * es));
+  for (int64_t n0 = 0; n0 < N; n0 += R) {
+    int64_t rows = N - n0 < R ? N - n0 : R;
+    int rc = lt_matmul(c, OC, rows, C, w->data, 1, C, (const char *)x->data + n0 * C * es, 0, C, s->buf, P, x->dtype,
+                       0, bias, s->ws, s->ws_bytes, err, errlen);
+    if (!rc) rc = copy_rows(c, (char *)y->data + n0 * OC * es, OC * es, s->buf, P * es, OC * es, rows, err, errlen, "matmul");
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* dx[N,C] = dy[N,OC] w by blocks of dy's rows copied into padded rows. */
+static int staged_dx(rt_CudaKernelCtx *c, const Stage *s, const rt_View *dy, const rt_View *w, const rt_View *dx,
+                     int64_t N, int64_t C, int64_t OC, char *err, size_t errlen) {
+  int64_t es = rt_dtype_size(dy->dtype), P = padded(OC, es), R = (int64_t)(s->bytes / (size_t)(P * es));
+  for (int64_t n0 = 0; n0 < N; n0 += R) {
+    int64_t rows = N - n0 < R ? N - n0 : R;
+    int rc = copy_rows(c, s->buf, P * es, (const char *)dy->data + n0 * OC * es, OC * es, OC * es, rows, err, errlen,
+                       "matmul_backward");
+    if (!rc)
+      rc = lt_matmul(c, C, rows, OC, w->data, 0, C, s->buf, 0, P, (char *)dx->data + n0 * C * es, C, dy->dtype, 0,
+                     NULL, s->ws, s->ws_bytes, err, errlen);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Columns of dy a block of staged_dw takes (whole 16-byte vectors of N
+ * rows); 0 where not one vector fits. */
+static int64_t dw_block_cols(const Stage *s, int64_t N, int64_t es) {
+  int64_t vec = 16 / es;
+  return N > 0 ? (int64_t)(s->bytes / (size_t)(N * es)) / vec * vec : 0;
+}
+
+/* dw[OC,C] += dy^T x by blocks of dy's columns copied into rows of their
+ * own; each dw element is still one product over all N rows. */
+static int staged_dw(rt_CudaKernelCtx *c, const Stage *s, const rt_View *dy, const rt_View *x, const rt_View *dw,
+                     int64_t N, int64_t C, int64_t OC, char *err, size_t errlen) {
+  int64_t es = rt_dtype_size(dy->dtype), Wb = dw_block_cols(s, N, es);
+  for (int64_t o0 = 0; o0 < OC; o0 += Wb) {
+    int64_t cols = OC - o0 < Wb ? OC - o0 : Wb, P = padded(cols, es);
+    int rc = copy_rows(c, s->buf, P * es, (const char *)dy->data + o0 * es, OC * es, cols * es, N, err, errlen,
+                       "matmul_backward");
+    if (!rc)
+      rc = lt_matmul(c, C, cols, N, x->data, 0, C, s->buf, 1, P, (char *)dw->data + o0 * C * es, C, dy->dtype, 1,
+                     NULL, s->ws, s->ws_bytes, err, errlen);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------ entry points */
 
 int rt_cuda_k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
@@ -140,6 +235,9 @@ int rt_cuda_k_matmul(const rt_KernelArgs *a, char *err, size_t errlen) {
   int64_t OC = w->shape[0];
   REQUIRE(last_dim(y) == OC && y->numel == N * OC && (!bias || bias->numel == OC), "y must be [.., OC], bias [OC]");
   rt_CudaKernelCtx *c = ctx_of(a);
+  Stage s;
+  if (stage_for(c, OP, OC, rt_dtype_size(x->dtype), &s))
+    return staged_forward(c, &s, x, w, bias ? bias->data : NULL, y, N, C, OC, err, errlen);
   /* row-major y[N,OC] = x w^T is column-major y^T(OC,N) = w^T(stored) ^T x^T */
   return lt_matmul(c, OC, N, C, w->data, 1, C, x->data, 0, C, y->data, OC, x->dtype, 0, bias ? bias->data : NULL,
                    c->lt_ws, c->lt_ws_bytes, err, errlen);
@@ -160,14 +258,20 @@ int rt_cuda_k_matmul_backward(const rt_KernelArgs *a, char *err, size_t errlen) 
   REQUIRE(dy->numel == N * OC && (!dx || dx->numel == x->numel) && (!dw || dw->numel == w->numel) &&
           (!dbias || dbias->numel == OC), "shapes do not match matmul's");
   rt_CudaKernelCtx *c = ctx_of(a);
+  int64_t es = rt_dtype_size(x->dtype);
+  Stage s;
+  bool staged = stage_for(c, OP, OC, es, &s);
   /* dx^T(C,N) = w^T(C,OC) dy^T(OC,N); dw^T(C,OC) += x^T(C,N) dy(N,OC) */
   int rc = 0;
   if (dx)
-    rc = lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, c->lt_ws,
-                   c->lt_ws_bytes, err, errlen);
+    rc = staged ? staged_dx(c, &s, dy, w, dx, N, C, OC, err, errlen)
+                : lt_matmul(c, C, N, OC, w->data, 0, C, dy->data, 0, OC, dx->data, C, x->dtype, 0, NULL, c->lt_ws,
+                            c->lt_ws_bytes, err, errlen);
   if (!rc && dw)
-    rc = lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, c->lt_ws,
-                   c->lt_ws_bytes, err, errlen);
+    rc = staged && dw_block_cols(&s, N, es) > 0
+             ? staged_dw(c, &s, dy, x, dw, N, C, OC, err, errlen)
+             : lt_matmul(c, C, OC, N, x->data, 0, C, dy->data, 1, OC, dw->data, C, x->dtype, 1, NULL, c->lt_ws,
+                         c->lt_ws_bytes, err, errlen);
   if (rc || !dbias) return rc;
   rt_cuda_colsum(c, dv(dbias), dv_none(), dv(dy), dv_none(), NULL, NULL, N, OC, COLSUM_DY);
   return rt_cuda_launched(err, errlen, OP);
