@@ -20,7 +20,7 @@
 #             pass make the list the step runs below use; then the wmma
 #             attention
 #   3 tiny    gpt2-tiny and llama-tiny: one debug-mode step against PyTorch
-#             float64 (tests/torch_step.py); keep-all vs the tight ilp (and
+#             float64 (tests/torch_step.py); keep-all vs the ilp at 75% (and
 #             offload-all) plan for 20 steps and 3 debug steps: loss bits and
 #             every param, grad and optimizer-state hash identical; gpt2-tiny
 #             again with the next kernels that passed
