@@ -12,7 +12,8 @@
  * that are overwritten start from the same garbage, so a kernel that skips
  * an element shows. The GPU time is the kernel's, from CUDA events. Inputs
  * are fresh every run (the seed is printed; KCHECK_SEED=N repeats it;
- * KCHECK_OPS="a b" checks only those op types). Each case prints its GB/s:
+ * KCHECK_OPS="a b" checks only those op types; RATION_CUDA_KERNELS picks the
+ * next kernels of those it names, runtime/cuda/cuda.cuh). Each case prints its GB/s:
  * its inputs' and outputs' bytes over its time, the figure that matters for
  * the memory-bound ops. Exit 0 when every case passes.
  *
@@ -112,6 +113,20 @@ static const Case cases[] = {
   {"slice", 1, 1, {F(2, 1024, 768)}, {F(512, 768)}, NOALIAS, {{"offset", 768 * 1024}}, 1, 0, 1, D_NONE},
   {"crossentropy", 2, 2, {F(256, 50257), I(50257, 256)}, {S(1), S(256)}, NOALIAS, {{"mean_over", 2048}}, 1, 0, 1, D_NONE},
   {"crossentropy_backward", 3, 1, {F(256, 50257), S(256), I(50257, 256)}, {F(256, 50257)}, NOALIAS, {{"mean_over", 2048}}, 1, 0, 1, D_CE},
+  /* The next layernorm forward: a row of 1,024 (every lane's 4 vectors),
+   * one of 200 (lanes left idle), one of 100 (not whole vectors: the
+   * default kernel), and gpt2-124m's batch (a bandwidth figure). */
+  {"layernorm", 3, 3, {F(4, 64, 1024), F(1024), F(1024)}, {F(4, 64, 1024), S(4, 64), S(4, 64)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
+  {"layernorm", 3, 3, {F(4, 64, 200), F(200), F(200)}, {F(4, 64, 200), S(4, 64), S(4, 64)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
+  {"layernorm", 3, 3, {F(4, 64, 100), F(100), F(100)}, {F(4, 64, 100), S(4, 64), S(4, 64)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
+  {"layernorm", 3, 3, {F(8, 1024, 768), F(768), F(768)}, {F(8, 1024, 768), S(8, 1024), S(8, 1024)}, NOALIAS, {{"eps", 1e-5}}, 1, 0, 1, D_NONE},
+  /* Rows that are not whole 16-byte vectors (the next matmul stages them
+   * through padded rows in the workspace): several blocks of rows forward
+   * and of columns for dw, the last one narrower; a bias over such rows. */
+  {"matmul", 2, 1, {F(1, 512, 64), F(50257, 64)}, {F(1, 512, 50257)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"matmul", 3, 1, {F(2, 256, 64), F(1001, 64), F(1001)}, {F(2, 256, 1001)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"matmul_backward", 3, 2, {F(1, 512, 50257), F(1, 512, 64), F(50257, 64)}, {F(1, 512, 64), F(50257, 64)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
+  {"matmul_backward", 3, 3, {F(2, 256, 1001), F(2, 256, 64), F(1001, 64)}, {F(2, 256, 64), F(1001, 64), F(1001)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
   {"concat_rows", 4, 1, {F(256, 768), F(256, 768), F(256, 768), F(256, 768)}, {F(1024, 768)}, NOALIAS, {{0}}, 0, 0, 1, D_NONE},
 };
 

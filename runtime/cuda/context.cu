@@ -88,13 +88,26 @@ extern "C" int rt_cuda_kernel_ctx_status(rt_CudaKernelCtx *c, char *err, size_t 
   return 0;
 }
 
-bool rt_cuda_next_kernels(void) {
-  static int use = -1;
-  if (use < 0) {
-    const char *v = getenv("RATION_CUDA_KERNELS");
-    use = v && !strcmp(v, "next");
+/* Whether WORD is one of LIST's words (separated by commas or spaces). */
+static bool word_listed(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = list; *p;) {
+    size_t k = strcspn(p, ", ");
+    if (k == n && !strncmp(p, word, n)) return true;
+    p += k;
+    p += strspn(p, ", ");
   }
-  return use;
+  return false;
+}
+
+bool rt_cuda_next_kernel(const char *op) {
+  static const char *list;
+  static bool read;
+  if (!read) {
+    list = getenv("RATION_CUDA_KERNELS");
+    read = true;
+  }
+  return list && (!strcmp(list, "next") || word_listed(list, op));
 }
 
 /* ------------------------------------------------------------ registry */

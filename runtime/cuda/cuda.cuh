@@ -42,9 +42,13 @@ extern "C" {
 
 /* ------------------------------------------------------------- context */
 
+/* A cuBLASLt product's shape, operands' alignment (bytes, at most 256) and
+ * workspace size, and what the heuristic chose for them. */
 typedef struct {
   int64_t m, n, k, lda, ldb, ldc;
   int dtype, ta, tb, bias, beta;
+  uint32_t align_a, align_b, align_c;
+  size_t ws_bytes;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
@@ -155,10 +159,13 @@ void rt_cuda_colsum_finish(rt_CudaKernelCtx *k, DV out0, DV out1, const float *p
 
 /* -------------------------------------------------- the next kernels */
 
-/* RATION_CUDA_KERNELS=next selects the kernels gpu/KERNELS.md describes
- * (encoder.cu, norms.cu, pointwise.cu) until gpu-check passes them on a
- * GPU; each falls back to the default kernel where its assumptions fail. */
-bool rt_cuda_next_kernels(void);
+/* Whether OP runs its next kernel (gpu/KERNELS.md: encoder.cu, norms.cu,
+ * pointwise.cu, matmul.cu), opt-in until gpu-check passes them on a GPU:
+ * RATION_CUDA_KERNELS=next selects every one, a list of op types (comma
+ * or space separated, e.g. "layernorm,gelu") those ops' alone, so that a
+ * check can run the ones that passed and keep the default for the rest.
+ * Each falls back to the default kernel where its assumptions fail. */
+bool rt_cuda_next_kernel(const char *op);
 
 #define NEXT_VEC 8 /* elements a lane loads at once: 16 bytes of bf16, two 16-byte loads of f32 */
 

@@ -189,7 +189,7 @@ static int encoder_backward_common(const rt_KernelArgs *a, char *err, size_t err
   REQUIRE(dwte->rank == 2 && dwte->shape[1] == C && dx->numel == N * C, "dx must be [B,T,C], dwte [V,C]");
   REQUIRE(!dwpe || (dwpe->rank == 2 && dwpe->shape[1] == C && dwpe->shape[0] >= T), "dwpe must be [>=T,C]");
   rt_CudaKernelCtx *c = ctx_of(a);
-  if (!rt_cuda_next_kernels() || next_encoder_backward(c, dwte, dx, (const int *)tok->data, N, C))
+  if (!rt_cuda_next_kernel(OP) || next_encoder_backward(c, dwte, dx, (const int *)tok->data, N, C))
     encoder_backward_wte_k<<<(unsigned)dwte->shape[0], THREADS, ENC_LIST * sizeof(int), c->stream>>>(
         dv(dwte), dv(dx), (const int *)tok->data, N, C, dwte->shape[0], c->status);
   if (dwpe) encoder_backward_wpe_k<<<nblocks(T * C, THREADS), THREADS, 0, c->stream>>>(dv(dwpe), dv(dx), N, T, C);

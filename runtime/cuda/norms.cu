@@ -1,8 +1,8 @@
 /*
  * norms.cu - layernorm and rmsnorm, forward and backward: a warp per row,
  * the weight gradients by deterministic column sums (colsum.cu).
- * RATION_CUDA_KERNELS=next runs layernorm's backward in one pass
- * (gpu/KERNELS.md).
+ * RATION_CUDA_KERNELS=next runs layernorm's forward with the row in
+ * registers and its backward in one pass (gpu/KERNELS.md).
  */
 #include "cuda.cuh"
 
@@ -65,6 +65,15 @@ __global__ void layernorm_backward_dx_k(DV dx, DV dy, DV x, DV w, const float *m
 #define NEXT_LN_VECS 4 /* vectors per lane: rows up to 32 x 4 x 8 = 1024 elements */
 #define NEXT_LN_MAX_C (32 * NEXT_LN_VECS * NEXT_VEC)
 #define NEXT_LN_BLOCKS 256 /* blocks of partial column sums; their order fixes the sum's */
+
+/* Whether rows of C elements in the N views V (NULLs skipped) suit the
+ * next kernels: whole aligned vectors that fit a warp's registers. */
+static bool next_rows_fit(const rt_View *const *v, int n, int64_t C) {
+  if (C <= 0 || C > NEXT_LN_MAX_C) return false;
+  for (int i = 0; i < n; i++)
+    if (v[i] && !vec_ok(v[i], C)) return false;
+  return true;
+}
 
 /* part[blockIdx.x, c] = the block's warps' s[c] added in warp order. */
 __device__ void block_partial(float *part, const float (*s)[NEXT_VEC], float (*sums)[NEXT_LN_MAX_C], int64_t C) {
@@ -140,7 +149,8 @@ __global__ void __launch_bounds__(THREADS) next_layernorm_backward_k(DV dx, floa
 static int next_layernorm_backward(rt_CudaKernelCtx *k, const rt_View *dx, const rt_View *dw, const rt_View *db,
                                    const rt_View *dy, const rt_View *x, const rt_View *w, const float *mean,
                                    const float *rstd, int64_t N, int64_t C) {
-  bool rows_ok = C > 0 && C <= NEXT_LN_MAX_C && vec_ok(dy, C) && vec_ok(x, C) && vec_ok(w, C) && (!dx || vec_ok(dx, C));
+  const rt_View *rows[] = {dy, x, w, dx};
+  bool rows_ok = next_rows_fit(rows, 4, C);
   size_t part_bytes = 2 * (size_t)NEXT_LN_BLOCKS * (size_t)C * sizeof(float);
   if (!rows_ok || (dw && (!k->lt_ws || part_bytes > k->lt_ws_bytes))) return 1;
   float *part0 = dw ? (float *)k->lt_ws : NULL, *part1 = part0 ? part0 + NEXT_LN_BLOCKS * C : NULL;
@@ -149,6 +159,54 @@ static int next_layernorm_backward(rt_CudaKernelCtx *k, const rt_View *dx, const
   if (dw)
     rt_cuda_colsum_finish(k, dv(dw), dv(db), part0, part1, C, NEXT_LN_BLOCKS);
   return 0;
+}
+
+/* --------------------------------------------- layernorm forward, next */
+
+/* A warp per row loads the row once with 16-byte loads and keeps it in
+ * registers: the mean, then the variance of (x - mean), then y from the
+ * registers, as the CPU reference's three passes over the row compute them
+ * (the same products and differences; the sums associated differently:
+ * lane partials, then a butterfly). y is written with 16-byte stores. */
+__global__ void __launch_bounds__(THREADS) next_layernorm_forward_k(DV y, float *mean, float *rstd, DV x, DV w, DV b,
+                                                                    int64_t N, int64_t C, float eps) {
+  WARP_ROW();
+  if (row >= N) return;
+  const int64_t o = row * C;
+  float xv[NEXT_LN_VECS][NEXT_VEC], m = 0.0f, var = 0.0f;
+#pragma unroll
+  for (int v = 0; v < NEXT_LN_VECS; v++) {
+    int64_t c = ((int64_t)v * 32 + lane) * NEXT_VEC;
+    if (c >= C) continue;
+    ld8(x, o + c, xv[v]);
+    for (int e = 0; e < NEXT_VEC; e++) m += xv[v][e];
+  }
+  m = warp_sum(m) / (float)C;
+#pragma unroll
+  for (int v = 0; v < NEXT_LN_VECS; v++) {
+    int64_t c = ((int64_t)v * 32 + lane) * NEXT_VEC;
+    if (c >= C) continue;
+    for (int e = 0; e < NEXT_VEC; e++) {
+      float d = xv[v][e] - m;
+      var += d * d;
+    }
+  }
+  var = warp_sum(var) / (float)C;
+  const float r = 1.0f / sqrtf(var + eps);
+#pragma unroll
+  for (int v = 0; v < NEXT_LN_VECS; v++) {
+    int64_t c = ((int64_t)v * 32 + lane) * NEXT_VEC;
+    if (c >= C) continue;
+    float wv[NEXT_VEC], bv[NEXT_VEC], out[NEXT_VEC];
+    ld8(w, c, wv);
+    ld8(b, c, bv);
+    for (int e = 0; e < NEXT_VEC; e++) out[e] = (xv[v][e] - m) * r * wv[e] + bv[e];
+    st8(y, o + c, out);
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
 }
 
 int rt_cuda_k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
@@ -161,8 +219,14 @@ int rt_cuda_k_layernorm(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(mean->dtype == RT_F32 && rstd->dtype == RT_F32, "mean and rstd must be f32");
   REQUIRE(w->numel == C && b->numel == C && y->numel == x->numel && mean->numel == N && rstd->numel == N,
           "shapes must be x,y [B,T,C], w,b [C], mean,rstd [B,T]");
-  layernorm_forward_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
-      dv(y), (float *)mean->data, (float *)rstd->data, dv(x), dv(w), dv(b), N, C, (float)rt_attr(a, "eps", 1e-5));
+  float eps = (float)rt_attr(a, "eps", 1e-5);
+  const rt_View *rows[] = {y, x, w, b};
+  if (rt_cuda_next_kernel(OP) && next_rows_fit(rows, 4, C))
+    next_layernorm_forward_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
+        dv(y), (float *)mean->data, (float *)rstd->data, dv(x), dv(w), dv(b), N, C, eps);
+  else
+    layernorm_forward_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, ctx_of(a)->stream>>>(
+        dv(y), (float *)mean->data, (float *)rstd->data, dv(x), dv(w), dv(b), N, C, eps);
   return rt_cuda_launched(err, errlen, OP);
 }
 
@@ -181,7 +245,7 @@ int rt_cuda_k_layernorm_backward(const rt_KernelArgs *a, char *err, size_t errle
           (!db || db->numel == C) && mean->numel == N && rstd->numel == N, "shapes do not match layernorm's");
   cudaStream_t s = ctx_of(a)->stream;
   const float *mp = (const float *)mean->data, *rp = (const float *)rstd->data;
-  if (rt_cuda_next_kernels() && !next_layernorm_backward(ctx_of(a), dx, dw, db, dy, x, w, mp, rp, N, C))
+  if (rt_cuda_next_kernel(OP) && !next_layernorm_backward(ctx_of(a), dx, dw, db, dy, x, w, mp, rp, N, C))
     return rt_cuda_launched(err, errlen, OP);
   if (dx)
     layernorm_backward_dx_k<<<nblocks(N, WARPS_PER_BLOCK), THREADS, 0, s>>>(dv(dx), dv(dy), dv(x), dv(w), mp, rp, N, C);

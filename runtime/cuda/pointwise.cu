@@ -47,12 +47,12 @@ __global__ void pointwise8_k(DV y, DV a, DV b, int64_t vectors) {
   }
 }
 
-/* Whether the vector kernel ran: only when selected and every view is
- * whole aligned vectors. */
+/* Whether the vector kernel ran: only when op's next kernel is selected
+ * and every view is whole aligned vectors. */
 template <int OP>
-static bool pointwise8(cudaStream_t s, const rt_View *y, const rt_View *a, const rt_View *b) {
+static bool pointwise8(const char *op, cudaStream_t s, const rt_View *y, const rt_View *a, const rt_View *b) {
   int64_t n = y->numel;
-  if (!rt_cuda_next_kernels() || !vec_ok(y, n) || !vec_ok(a, n) || (b && !vec_ok(b, n))) return false;
+  if (!rt_cuda_next_kernel(op) || !vec_ok(y, n) || !vec_ok(a, n) || (b && !vec_ok(b, n))) return false;
   pointwise8_k<OP><<<nblocks(n / NEXT_VEC, THREADS), THREADS, 0, s>>>(dv(y), dv(a), b ? dv(b) : dv_none(),
                                                                      n / NEXT_VEC);
   return true;
@@ -63,7 +63,7 @@ int rt_cuda_k_gelu(const rt_KernelArgs *a, char *err, size_t errlen) {
   REQUIRE(a->nin == 1 && a->nout == 1, "want 1 input and 1 output");
   int64_t n = a->in[0].numel;
   REQUIRE(is_float(&a->in[0]) && is_float(&a->out[0]) && a->out[0].numel == n, "x and y must be float and the same size");
-  if (!pointwise8<PW_GELU>(ctx_of(a)->stream, &a->out[0], &a->in[0], NULL))
+  if (!pointwise8<PW_GELU>(OP, ctx_of(a)->stream, &a->out[0], &a->in[0], NULL))
     gelu_forward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]), n);
   return rt_cuda_launched(err, errlen, OP);
 }
@@ -74,7 +74,7 @@ int rt_cuda_k_gelu_backward(const rt_KernelArgs *a, char *err, size_t errlen) {
   int64_t n = a->in[1].numel;
   REQUIRE(is_float(&a->in[0]) && is_float(&a->in[1]) && is_float(&a->out[0]) && a->in[0].numel == n &&
           a->out[0].numel == n, "dy, x, dx must be float and the same size");
-  if (!pointwise8<PW_GELU_BACKWARD>(ctx_of(a)->stream, &a->out[0], &a->in[0], &a->in[1]))
+  if (!pointwise8<PW_GELU_BACKWARD>(OP, ctx_of(a)->stream, &a->out[0], &a->in[0], &a->in[1]))
     gelu_backward_k<<<nblocks(n, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(&a->out[0]), dv(&a->in[0]),
                                                                              dv(&a->in[1]), n);
   return rt_cuda_launched(err, errlen, OP);
@@ -132,7 +132,7 @@ int rt_cuda_k_add(const rt_KernelArgs *a, char *err, size_t errlen) {
   const rt_View *x = &a->in[0], *z = &a->in[1], *y = &a->out[0];
   REQUIRE(is_float(x) && is_float(z) && is_float(y) && x->numel == y->numel && z->numel == y->numel,
           "a, b, y must be float and the same size");
-  if (!pointwise8<PW_ADD>(ctx_of(a)->stream, y, x, z))
+  if (!pointwise8<PW_ADD>(OP, ctx_of(a)->stream, y, x, z))
     add_k<<<nblocks(y->numel, THREADS), THREADS, 0, ctx_of(a)->stream>>>(dv(y), dv(x), dv(z), y->numel);
   return rt_cuda_launched(err, errlen, OP);
 }
