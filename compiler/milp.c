@@ -213,7 +213,21 @@ typedef struct GlpkOwned {
   int *cut_ind;
   MilpModel cuts;
   int64_t iterations, nodes; /* the solve's work so far, every problem's */
+  bool scaled; /* glp_scale_prob has run on the problem (ensure_scaled) */
 } GlpkOwned;
+
+/* GLPK's scaling of the loaded problem, GLP_SF_AUTO, done where the
+ * problem's own simplex, a copy of it or a change of its matrix first
+ * needs it, rather than at load: the presolver reads the problem unscaled
+ * (and scales what it builds), so a relaxation it solves never uses these
+ * factors, and where nothing follows it on the problem itself (gpt2-124m at
+ * its midpoint: no tree) the scaling's passes over the matrix were an
+ * eighth of the run. The factors depend only on the matrix, which is the
+ * loaded one until then: the same factors wherever it runs. */
+static void ensure_scaled(glp_prob *P, GlpkOwned *w) {
+  if (!w->scaled) glp_scale_prob(P, GLP_SF_AUTO);
+  w->scaled = true;
+}
 
 static void owned_free(GlpkOwned *w) {
   lazy_free(&w->lazy);
@@ -559,6 +573,7 @@ static void glpk_set_time_limit(glp_iocp *iocp, const MilpOptions *o, double t0)
  * in nodes like the main tree's. */
 static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOptions *o, const double *incumbent, long nodes,
                                double t0, GlpkOwned *w, double *x) {
+  ensure_scaled(P, w);
   glp_prob *S = glp_create_prob();
   glp_copy_prob(S, P, GLP_OFF);
   int iterations0 = glp_get_it_cnt(S);
@@ -607,7 +622,7 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
  * still gets a valid lower bound: the dual's objective if its basis is dual
  * feasible, else the looser problem's optimum; 0 (the result's "none")
  * when the looser problem did not finish either. */
-static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp *smcp, double *bound) {
+static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp *smcp, double *bound, GlpkOwned *w) {
   double t0 = now();
   *bound = 0;
   if (!o->loose_ub) return glp_simplex(P, smcp);
@@ -628,6 +643,7 @@ static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp
   }
   dual.meth = GLP_DUAL;
   dual.presolve = GLP_OFF; /* the presolver would drop the basis */
+  ensure_scaled(P, w);
   rc = glp_simplex(P, &dual);
   if (rc == GLP_EITLIM || rc == GLP_ETMLIM)
     *bound = glp_get_dual_stat(P) == GLP_FEAS ? fmax(loose_obj, glp_get_obj_val(P) + m->obj_offset) : loose_obj;
@@ -684,8 +700,10 @@ static void activate(glp_prob *P, const MilpModel *m, LazyRows *z, int i) {
  * meets them, so the basis stays optimal. When the count or the time runs
  * out in a round, *bound gets the last round's optimum, a bound of the
  * whole problem as its rows are a subset. glp_simplex's code. */
-static int add_lazy_rows(glp_prob *P, const MilpModel *m, LazyRows *z, const glp_smcp *smcp, double t0, double *bound) {
+static int add_lazy_rows(glp_prob *P, const MilpModel *m, GlpkOwned *w, const glp_smcp *smcp, double t0, double *bound) {
+  LazyRows *z = &w->lazy;
   if (!z->n) return 0;
+  ensure_scaled(P, w); /* before any row gets its terms */
   glp_smcp dual = *smcp;
   dual.meth = GLP_DUAL;
   dual.presolve = GLP_OFF; /* the presolver would drop the basis */
@@ -724,7 +742,9 @@ static int add_lazy_rows(glp_prob *P, const MilpModel *m, LazyRows *z, const glp
 
 /* The root's optimal basis again (row_stat, col_stat): a second
  * glp_intopt needs one. */
-static bool restore_root(glp_prob *P, const MilpModel *m, const int *row_stat, const int *col_stat, const glp_smcp *smcp) {
+static bool restore_root(glp_prob *P, const MilpModel *m, const int *row_stat, const int *col_stat, const glp_smcp *smcp,
+                         GlpkOwned *w) {
+  ensure_scaled(P, w);
   for (int i = 0; i < m->nrows; i++) glp_set_row_stat(P, i + 1, row_stat[i]);
   for (int c = 0; c < m->ncols; c++) glp_set_col_stat(P, c + 1, col_stat[c]);
   glp_smcp warm = *smcp;
@@ -751,7 +771,6 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     if (P) glp_delete_prob(P);
     return err_set(e, "milp: out of memory");
   }
-  glp_scale_prob(P, GLP_SF_AUTO);
   glp_smcp smcp;
   glp_init_smcp(&smcp);
   smcp.msg_lev = GLP_MSG_OFF;
@@ -759,8 +778,8 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
   if (o->time_limit > 0) smcp.tm_lim = (int)fmin(o->time_limit * 1000, 2e9);
   if (o->lp_iterations > 0) smcp.it_lim = (int)fmin((double)o->lp_iterations, 2e9);
   double partial_bound;
-  int rc = relax(P, m, o, &smcp, &partial_bound);
-  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &w->lazy, &smcp, t0, &partial_bound);
+  int rc = relax(P, m, o, &smcp, &partial_bound, w);
+  if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, w, &smcp, t0, &partial_bound);
   if (rc == GLP_ENOPFS || (rc == 0 && glp_get_status(P) == GLP_NOFEAS)) {
     r->status = MILP_INFEASIBLE;
     goto done;
@@ -774,8 +793,9 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
   if (rc != 0 || glp_get_status(P) != GLP_OPT) {
     /* Presolve hides the basis when it proves nothing; solve plainly. */
     smcp.presolve = GLP_OFF;
+    ensure_scaled(P, w);
     rc = glp_simplex(P, &smcp);
-    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, &w->lazy, &smcp, t0, &partial_bound);
+    if (rc == 0 && glp_get_status(P) == GLP_OPT) rc = add_lazy_rows(P, m, w, &smcp, t0, &partial_bound);
     if (rc != 0 || glp_get_status(P) != GLP_OPT) {
       r->status = glp_get_status(P) == GLP_NOFEAS ? MILP_INFEASIBLE : MILP_NO_SOLUTION;
       goto done;
@@ -866,7 +886,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     if (tree == 1) {
       if (!dt_out || r->status == MILP_OPTIMAL || r->status == MILP_TIME_LIMIT || r->status == MILP_INFEASIBLE) continue;
       if (r->status == MILP_FEASIBLE) memcpy(sub, r->x, (size_t)m->ncols * sizeof(double)), start = sub, start_obj = r->objective;
-      if (!restore_root(P, m, row_stat, col_stat, &smcp)) break;
+      if (!restore_root(P, m, row_stat, col_stat, &smcp, w)) break;
     }
     if (tree == 2) {
       if (!o->separate || r->status == MILP_OPTIMAL || r->status == MILP_TIME_LIMIT || r->status == MILP_INFEASIBLE ||
@@ -890,7 +910,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
           if (rel_gap(start_obj, r->bound) <= o->proof_gap) break;
         }
       }
-      if (!restore_root(P, m, row_stat, col_stat, &smcp)) break;
+      if (!restore_root(P, m, row_stat, col_stat, &smcp, w)) break;
     }
     long first = o->dt_iterations > 0 && (o->tree_iterations <= 0 || o->dt_iterations < o->tree_iterations) ? o->dt_iterations
                                                                                                            : o->tree_iterations;
@@ -916,6 +936,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
      * heuristics never paid for themselves; the starting solution does. */
     glpk_set_time_limit(&iocp, o, t0);
     cb.iterations0 = glp_get_it_cnt(P);
+    ensure_scaled(P, w);
     rc = glp_intopt(P, &iocp);
     w->nodes += cb.created;
     if (tree == 0) dt_used = glp_get_it_cnt(P) - cb.iterations0, dt_out = cb.counted_out && first < o->tree_iterations;

@@ -11,10 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every column's value for one decision vector, and the peak of the rows.
- * -1 when the decisions re-run an op outside its candidates (cannot happen
- * for the full candidate sets) or are incomplete. */
-int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
+/* The decision columns and the re-run columns Y of one decision vector,
+ * every other column 0. -1 when the decisions re-run an op outside its
+ * candidates (cannot happen for the full candidate sets) or are
+ * incomplete. */
+static int eval_decisions(const Ilp *md, const Decision *dec, double *x) {
   const Graph *g = md->g;
   int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
   int rc = -1;
@@ -34,10 +35,20 @@ int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
     for (int c = 0; c < md->cand_n[q]; c++)
       x[md->ycol[md->cand_first[q] + c]] = rerun[q] >= 0 && rerun[q] <= md->cand_t[md->cand_first[q] + c];
   }
-  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
-  /* Products in creation order: factors only use earlier columns. Every
-   * factor is 0 or 1 here, so an AND ends at its first 0 and an OR at its
-   * first 1 (the descent's evaluations are most of a solve's time). */
+  rc = 0;
+out:
+  free(rerun);
+  free(need);
+  return rc;
+}
+
+/* The product columns, then the running sum M[p] of the memory rows and
+ * their peak; the sum stops as soon as it is over cap (the peak then is
+ * only known to be over it). Products in creation order: factors only use
+ * earlier columns. Every factor is 0 or 1 here, so an AND ends at its
+ * first 0 and an OR at its first 1 (the descent's evaluations are most of
+ * a solve's time). */
+static int64_t eval_peak(const Ilp *md, double *x, int64_t cap) {
   for (int i = 0; i < md->nprod; i++) {
     const Prod *pr = &md->prod[i];
     bool and = pr->nf > 0, v = and;
@@ -49,20 +60,39 @@ int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
     x[pr->col] = v;
   }
   int64_t live = 0, best = INT64_MIN;
-  int e = 0;
   for (int p = 0; p < md->npos; p++) {
-    for (; e < md->nev && md->ev[e].pos == p; e++)
-      if (md->ev[e].col < 0 || x[md->ev[e].col] > 0.5) live += md->ev[e].bytes;
+    live += md->pos_const[p];
+    /* Without a branch: x is 0 or 1, so which way it goes is a coin flip. */
+    for (int e = md->pos_ev_first[p]; e < md->pos_ev_first[p + 1]; e++) live += md->pev_bytes[e] & -(int64_t)(x[md->pev_col[e]] > 0.5);
     x[md->mcol[p]] = (double)live / ILP_UNIT;
     if (live > best) best = live;
+    if (best > cap) return best;
   }
   if (md->peak_col >= 0) x[md->peak_col] = (double)best / ILP_UNIT;
-  *peak = best;
-  rc = 0;
-out:
-  free(rerun);
-  free(need);
-  return rc;
+  return best;
+}
+
+/* Every column's value for one decision vector, and the peak of the rows;
+ * -1 as eval_decisions. */
+int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
+  if (eval_decisions(md, dec, x)) return -1;
+  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
+  *peak = eval_peak(md, x, INT64_MAX);
+  return 0;
+}
+
+int ilp_eval_within(const Ilp *md, const Decision *dec, double *x, double obj_cap, int64_t peak_cap, int64_t *peak,
+                    double *obj) {
+  if (eval_decisions(md, dec, x)) return -1;
+  /* Q is 0 in x until the stalls are evaluated, and Q >= 0 enters the sum
+   * with coefficient 1: the objective without it is no larger (rounding is
+   * monotone), so a vector already at the cap without it is at the cap. */
+  if (obj && ilp_objective_of(md, x) >= obj_cap) return 0;
+  if ((*peak = eval_peak(md, x, peak_cap)) > peak_cap) return 0;
+  if (!obj) return 1;
+  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
+  *obj = ilp_objective_of(md, x);
+  return *obj < obj_cap;
 }
 
 void ilp_decisions_from_x(const Ilp *md, const double *x, Decision *dec) {

@@ -121,6 +121,12 @@ typedef struct Ilp {
    * fac_c[j] * x[fac_col[j]]. */
   double *fac_k, *fac_c;
   int *fac_first, *fac_col;
+  /* The events packed for ilp_eval, per position p: the constants' sum
+   * pos_const[p], then the column events [pos_ev_first[p],
+   * pos_ev_first[p + 1]) of pev_col and pev_bytes, one per column (its
+   * events at p summed). */
+  int64_t *pos_const, *pev_bytes;
+  int *pos_ev_first, *pev_col;
   int *mcol; /* per position */
   int *obj_cols, nobj_cols; /* the columns with an objective coefficient, for ilp_objective_of */
   int peak_col;
@@ -238,6 +244,13 @@ void ilp_separate(void *ctx, const double *x, MilpModel *cuts);
 /* One decision vector's columns and peak, the decisions read from a
  * point, and a point's objective. */
 int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak);
+/* ilp_eval for a vector its caller takes only if its objective is below
+ * obj_cap and its peak at most peak_cap: 1 (x, *peak and *obj as ilp_eval
+ * and ilp_objective_of give them) when both hold, 0 when either fails (the
+ * rest of the evaluation skipped, x partial), -1 as ilp_eval. obj NULL:
+ * the peak alone is asked for (obj_cap unused, no stalls evaluated). */
+int ilp_eval_within(const Ilp *md, const Decision *dec, double *x, double obj_cap, int64_t peak_cap, int64_t *peak,
+                    double *obj);
 void ilp_decisions_from_x(const Ilp *md, const double *x, Decision *dec);
 double ilp_objective_of(const Ilp *md, const double *x);
 

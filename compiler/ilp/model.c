@@ -614,6 +614,7 @@ void ilp_free(Ilp *md) {
   free(md->cons_first), free(md->cons_n), free(md->cons);
   free(md->ev), free(md->prod), free(md->fac), free(md->mcol);
   free(md->fac_k), free(md->fac_c), free(md->fac_first), free(md->fac_col), free(md->obj_cols);
+  free(md->pos_const), free(md->pev_bytes), free(md->pos_ev_first), free(md->pev_col);
   free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
   free(md->win), free(md->win_first), free(md->win_by_b), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
   free(md->frow_first), free(md->frow_by_b);
@@ -640,6 +641,26 @@ static void pack_for_eval(Ilp *md) {
     for (int k = 0; k < l->n; k++, j++) md->fac_c[j] = l->c[k], md->fac_col[j] = l->col[k];
   }
   md->fac_first[md->nfac] = j;
+  md->pos_const = util_xcalloc((size_t)md->npos + 1, sizeof(int64_t));
+  md->pos_ev_first = util_xcalloc((size_t)md->npos + 1, sizeof(int));
+  md->pev_bytes = util_xcalloc((size_t)md->nev + 1, sizeof(int64_t));
+  md->pev_col = util_xcalloc((size_t)md->nev + 1, sizeof(int));
+  if (!md->pos_const || !md->pos_ev_first || !md->pev_bytes || !md->pev_col) {
+    md->failed = true;
+    return;
+  }
+  /* The events are sorted by position, then column (ilp_build_rows). */
+  int np = 0;
+  for (int p = 0, e = 0; p < md->npos; p++) {
+    md->pos_ev_first[p] = np;
+    for (; e < md->nev && md->ev[e].pos == p; e++) {
+      const Event *ev = &md->ev[e];
+      if (ev->col < 0) md->pos_const[p] += ev->bytes;
+      else if (np > md->pos_ev_first[p] && md->pev_col[np - 1] == ev->col) md->pev_bytes[np - 1] += ev->bytes;
+      else md->pev_col[np] = ev->col, md->pev_bytes[np++] = ev->bytes;
+    }
+  }
+  md->pos_ev_first[md->npos] = np;
   md->obj_cols = util_xcalloc((size_t)md->m.ncols + 1, sizeof(int));
   if (!md->obj_cols) {
     md->failed = true;

@@ -46,7 +46,10 @@ void ilp_offer(const Ilp *md, Candidate *best, const Decision *dec, int64_t peak
 
 void ilp_consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x) {
   int64_t peak;
-  if (ilp_eval(md, dec, x, &peak) == 0) ilp_offer(md, best, dec, peak, ilp_objective_of(md, x), limit);
+  double obj;
+  /* Only what ilp_offer would take is evaluated whole. */
+  if (ilp_eval_within(md, dec, x, best->ok ? best->objective - 1e-9 : HUGE_VAL, limit, &peak, &obj) == 1)
+    ilp_offer(md, best, dec, peak, obj, limit);
 }
 
 /* ------------------------------------------------------------ descent and exchanges */
@@ -122,9 +125,10 @@ static void pay_for(const Ilp *md, Decision *cur, const Move *gainer, const Move
       }
       tried[pay[b].to]++;
       int64_t pk;
+      double o;
       (*evals)--;
-      if (ilp_eval(md, cur, x, &pk) == 0 && pk < *peak) {
-        double o = ilp_objective_of(md, x), score = (o - *obj) / (double)(*peak - pk);
+      if (ilp_eval_within(md, cur, x, HUGE_VAL, *peak - 1, &pk, &o) == 1) {
+        double score = (o - *obj) / (double)(*peak - pk);
         if (score < pick_score) pick = b, pick_score = score, pick_obj = o, pick_peak = pk;
       }
       cur[t] = DEC_KEEP;
@@ -273,7 +277,7 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
     dec[t] = ilp_offload_allowed(md, t) && cols[md->colO[t]] > cols[md->colR[t]] ? DEC_OFFLOAD : DEC_RECOMPUTE;
     if (!host_fits(md, dec)) dec[t] = DEC_RECOMPUTE;
     int64_t pk;
-    if (ilp_eval(md, dec, x, &pk) == 0 && pk < peak) peak = pk;
+    if (ilp_eval_within(md, dec, x, 0, peak - 1, &pk, NULL) == 1) peak = pk;
     else dec[t] = DEC_KEEP;
   }
   free(order);
@@ -337,7 +341,7 @@ static bool pairs(const Ilp *md, Candidate *best, const double *point, int64_t l
         int64_t pk;
         double obj;
         (*evals)--;
-        if (ilp_eval(md, cur, x, &pk) == 0 && pk <= limit && (obj = ilp_objective_of(md, x)) < top - 1e-9 && admissible(md, cur))
+        if (ilp_eval_within(md, cur, x, top - 1e-9, limit, &pk, &obj) == 1 && admissible(md, cur))
           top = obj, pi = i, pj = j;
         cur[d[j].t] = best->dec[d[j].t];
       }
