@@ -646,6 +646,7 @@ typedef struct MilpOptions {
   void *separate_ctx;
   double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
+  double proof_reach;    /* ... and only where the first tree and the search leave at most this gap (0: any) */
   double dive_gap;       /* the first tree stops once its incumbent is within this of its bound (0: at mip_gap) */
   /* GLPK: the first tree branches by Driebeck-Tomlin for at most this many
    * simplex iterations; where they run out before it closes the gap, it

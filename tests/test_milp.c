@@ -147,6 +147,15 @@ static void drop_lazy(const MilpModel *m, MilpModel *out, double *row_lb, double
   out->row_lb = row_lb, out->row_ub = row_ub;
 }
 
+/* A random model with a stall column and an objective constant, and its
+ * optimum (best): whether it was solved to optimality. */
+static bool stall_model(MilpModel *m, unsigned seed, double offset, double **loose, MilpResult *best) {
+  build(m, seed, 0.35, loose, 0.9);
+  add_stall(m, seed);
+  m->obj_offset = offset;
+  return solve(m, false, false, NULL, 0, best) == 0 && best->status == MILP_OPTIMAL;
+}
+
 int main(void) {
   T_CASE("the dual simplex from a looser problem's basis reaches the primal's optimum") {
     for (unsigned seed = 1; seed <= 40; seed++) {
@@ -373,11 +382,8 @@ int main(void) {
     for (unsigned seed = 1; seed <= 30; seed++) {
       MilpModel m;
       double *loose;
-      build(&m, seed, 0.35, &loose, 0.9);
-      add_stall(&m, seed);
-      m.obj_offset = 200; /* the planner's constant compute, outside GLPK's objective */
       MilpResult best, lp;
-      T_CHECK(solve(&m, false, false, NULL, 0, &best) == 0 && best.status == MILP_OPTIMAL);
+      T_CHECK(stall_model(&m, seed, 200, &loose, &best)); /* 200: the planner's constant compute, outside GLPK's objective */
       T_CHECK(solve(&m, false, true, NULL, 0, &lp) == 0);
       const double gap = 0.02, tol = 1e-7 * fmax(1, best.objective);
       /* Incumbents: everything freed (far above the optimum, which the
@@ -418,6 +424,49 @@ int main(void) {
       free(loose);
     }
     T_CHECKF(proved > 0 && found > 0, "proved %d, found %d", proved, found);
+  }
+  T_CASE("the proof tree starts only within its reach of the first tree's bound; the bound reported without it is still one") {
+    int skipped = 0, ran = 0;
+    for (unsigned seed = 1; seed <= 20; seed++) {
+      MilpModel m;
+      double *loose;
+      MilpResult best;
+      T_CHECK(stall_model(&m, seed, 0, &loose, &best));
+      const double tol = 1e-7 * fmax(1, best.objective);
+      double *all = calloc((size_t)m.ncols + 1, sizeof(double));
+      for (int t = 0; t < NT; t++) all[t] = 1;
+      complete(&m, all);
+      m.start = all; /* far above the optimum: the first tree, stopped at once, leaves a wide gap */
+      for (int k = 0; k < 2; k++) {
+        Probe a = {.col = 0};
+        /* k 0: a reach below any gap left (the proof tree must not start);
+         * 1: no reach (it starts wherever a gap is left). */
+        MilpOptions o = {.solver = "glpk", .quiet = true, .tree_iterations = 1, .proof_gap = 1e-9, .proof_iterations = 1000000,
+                         .proof_reach = k == 0 ? 1e-12 : 0, .separate = probe_cut, .separate_ctx = &a};
+        MilpResult r;
+        Err e = {0};
+        T_CHECK(milp_solve(&m, &o, &r, &e) == 0);
+        bool gap_left = r.status == MILP_FEASIBLE || r.status == MILP_OPTIMAL;
+        T_CHECKF(gap_left && milp_violation(&m, r.x) <= 1e-6 && fabs(milp_objective(&m, r.x) - r.objective) <= tol &&
+                     r.bound <= best.objective + tol && r.objective >= best.objective - tol,
+                 "seed %u k %d: status %d, %.9g (rows off by %.3g), bound %.9g, optimum %.9g", seed, k, r.status, r.objective,
+                 gap_left ? milp_violation(&m, r.x) : -1, r.bound, best.objective);
+        if (k == 0) {
+          T_CHECKF(a.calls == 0 || r.objective - r.bound <= 1e-12 * fabs(r.objective) + tol,
+                   "seed %u: the proof tree ran (%d cut rounds) %.9g above its bound", seed, a.calls, r.objective - r.bound);
+          skipped += a.calls == 0 && r.objective - r.bound > tol;
+        } else {
+          ran += a.calls > 0;
+        }
+        milp_result_free(&r);
+      }
+      m.start = NULL;
+      free(all);
+      milp_result_free(&best);
+      milp_model_free(&m);
+      free(loose);
+    }
+    T_CHECKF(skipped > 0 && ran > 0, "skipped %d, ran %d", skipped, ran);
   }
   T_DONE();
 }

@@ -52,6 +52,15 @@
  * needs over 7,000 and a proof tree: their trees are unchanged. */
 #define ILP_DT_SHARE 0.125
 #define ILP_PROOF_WORK 8e9   /* the tree with cuts after one that ends above ILP_PROOF_GAP, counted like the first (ILP_TREE_WORK) */
+/* ... and it starts only where the first tree and the search leave at most
+ * this gap: further out, its bound does not reach the proof gap within its
+ * count (the farthest it has closed: unet at f = 0, whose plan, 37,714.0
+ * us, was 5.7% above the root's bound, 35,576.7; gpt2-tiny's smallest
+ * budget starts it 4.3% above), and on the larger structures of bench/gen_graph.py a node
+ * re-solves an LP of the whole model: cond-16 (seed 1) at its smallest
+ * budget, 11% above, ran its proof tree's 60,400 iterations for minutes
+ * (about 4 ms each). */
+#define ILP_PROOF_REACH 0.08
 
 /* ------------------------------------------------------------ counted work and the starts */
 
@@ -337,7 +346,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
-                    .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP,
+                    .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH,
                     .dive_gap = goal & GOAL_MEMORY ? 0 : ILP_DIVE_GAP,
                     .dt_iterations = goal & GOAL_MEMORY && cheap_tree ? (long)fmax(1, ILP_DT_SHARE * tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
