@@ -301,6 +301,15 @@ void plan_settle_solver(SolverInfo *si, double step_seconds, double bound_us, bo
 
 bool plan_past_deadline(const PlanOptions *o) { return o->time_limit > 0 && o->deadline > 0 && util_now() >= o->deadline; }
 
+/* Whether dec puts a resident tensor's home or its optimizer on the host:
+ * outside what device_homes_only allows. */
+static bool has_homes(const Graph *g, const Decision *dec) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (graph_is_resident(&g->tensors[t]) && (dec[t] == DEC_HOST || dec[t] == DEC_HOST_REFETCH || dec[t] == DEC_HOST_OPTIMIZER))
+      return true;
+  return false;
+}
+
 /* The ilp strategy's plan P (or none, e set) against the hint, its own
  * plan at a smaller budget (report.c's sweep), judged whole, homes and
  * host optimizer included: where the hint fits this budget and simulates
@@ -346,7 +355,8 @@ Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   if (s->build) p = s->build(g, d, &timed, &si, e);
   else if (s->decide(g, d, &timed, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
   free(dec);
-  if (o->hint && s->decide == plan_decide_placed) p = judge_hint(g, d, &timed, p, &si, e);
+  if (o->hint && s->decide == plan_decide_placed && !(o->device_homes_only && has_homes(g, o->hint)))
+    p = judge_hint(g, d, &timed, p, &si, e);
   if (!p) return NULL;
   snprintf(p->strategy, sizeof p->strategy, "%s", s->name);
   p->budget_bytes = o->budget_bytes;
