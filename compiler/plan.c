@@ -6,6 +6,7 @@
 #include "ration.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,7 +291,46 @@ void plan_add_work(SolverInfo *to, const SolverInfo *from) {
   to->nodes += from->nodes;
 }
 
+void plan_settle_solver(SolverInfo *si, double step_seconds, double bound_us, bool timed_out) {
+  si->objective = step_seconds * 1e6;
+  si->bound = fmin(bound_us, si->objective);
+  si->gap = si->objective > 0 ? (si->objective - si->bound) / si->objective : 0;
+  if (si->gap < 1e-12) si->gap = 0;
+  snprintf(si->status, sizeof si->status, "%s", si->gap <= PLAN_OPTIMAL_GAP ? "optimal" : timed_out ? "time_limit" : "feasible");
+}
+
 bool plan_past_deadline(const PlanOptions *o) { return o->time_limit > 0 && o->deadline > 0 && util_now() >= o->deadline; }
+
+/* Whether dec puts a resident tensor's home or its optimizer on the host:
+ * outside what device_homes_only allows. */
+static bool has_homes(const Graph *g, const Decision *dec) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (graph_is_resident(&g->tensors[t]) && (dec[t] == DEC_HOST || dec[t] == DEC_HOST_REFETCH || dec[t] == DEC_HOST_OPTIMIZER))
+      return true;
+  return false;
+}
+
+/* The ilp strategy's plan P (or none, e set) against the hint, its own
+ * plan at a smaller budget (report.c's sweep), judged whole, homes and
+ * host optimizer included: where the hint fits this budget and simulates
+ * a faster step, or where P is missing, the hint's plan is returned, its
+ * solver fields settled against a bound over the family (the hint may
+ * lie outside what SI's bound covers). So more memory never buys a slower
+ * plan. */
+static Plan *judge_hint(const Graph *g, const Device *d, const PlanOptions *o, Plan *p, SolverInfo *si, Err *e) {
+  Err he = {{0}};
+  Plan *h = plan_from_decisions(g, d, o->hint, &he);
+  if (!h || !plan_fits(h, d, o->budget_bytes) || (p && h->predicted.step_seconds >= p->predicted.step_seconds)) {
+    plan_free(h);
+    return p;
+  }
+  double bound = plan_homes_bound_us(g, d, o);
+  if (p) bound = fmin(bound, si->bound);
+  plan_free(p);
+  plan_settle_solver(si, h->predicted.step_seconds, bound, plan_past_deadline(o));
+  e->msg[0] = '\0';
+  return h;
+}
 
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   const PlanStrategy *s = plan_find_strategy(o->strategy);
@@ -315,6 +355,8 @@ Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
   if (s->build) p = s->build(g, d, &timed, &si, e);
   else if (s->decide(g, d, &timed, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
   free(dec);
+  if (o->hint && s->decide == plan_decide_placed && !(o->device_homes_only && has_homes(g, o->hint)))
+    p = judge_hint(g, d, &timed, p, &si, e);
   if (!p) return NULL;
   snprintf(p->strategy, sizeof p->strategy, "%s", s->name);
   p->budget_bytes = o->budget_bytes;

@@ -1,18 +1,20 @@
 /*
- * plan_homes.c - where params and optimizer state wait between steps when
- * the ilp cannot meet the budget with them all on the device: the ilp
- * strategy's outer rule (docs/PLANNING.md 1.2). The activation ilp decides
- * first; only when it finds no plan does this host-home resident tensors
- * (docs/PLANNING.md 1.1), in a fixed order, as few as the budget needs,
- * and let the ilp decide the activations again in the device memory they
- * free. Each candidate plan is built and judged by the simulator and the
- * layout, so the plan returned is exact; its choice is a rule, not yet
- * columns of the ilp (whose objective does not see the homes' copies).
- * Each set of homes is tried with the optimizer on the device and, where
- * the device gives host compute, with every optimizer op whose optimizer
- * state is host-homed on the host: the simulator's faster step wins. On
- * small graphs the simulator then refines the winner one decision, or one
- * optimizer op's homes and place, at a time.
+ * plan_homes.c - where params and optimizer state wait between steps, and
+ * where the optimizer runs: the ilp strategy's outer rule (docs/PLANNING.md
+ * 1.2). The activation ilp decides first. Where it finds no plan, this
+ * host-homes resident tensors (docs/PLANNING.md 1.1), in a fixed order, as
+ * few as the budget needs, and lets the ilp decide the activations again
+ * in the device memory they free. Where it finds one on a device with host
+ * compute, the same plan with the optimizer on the host (its twin) is
+ * judged too, and only where that is faster is the ilp solved again in
+ * the bytes the twin frees. Each candidate plan is built and judged by the
+ * simulator and the layout, so the plan returned is exact; its choice is
+ * a rule, not yet columns of the ilp (whose objective does not see the
+ * homes' copies). Each set of homes is tried with the optimizer on the
+ * device and, where the device gives host compute, with every optimizer
+ * op whose optimizer state is host-homed on the host: the simulator's
+ * faster step wins. On small graphs the simulator then refines the
+ * winner one decision, or one optimizer op's homes and place, at a time.
  */
 #include "ration.h"
 
@@ -112,14 +114,32 @@ static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si, bo
   return arena;
 }
 
+/* s->act (the ilp's decisions) with the first K candidates host-homed,
+ * and on a device with host compute the same with every optimizer op
+ * whose optimizer state is host-homed run on the host, its params
+ * host-homed too (host_optimizer_all, docs/PLANNING.md 1.4): the smaller
+ * arena of the two plans, or -1 when there is none. Either plan that fits
+ * the budget and is faster than the best so far becomes the best. */
+static int64_t judge_homes(Search *s, int k, const SolverInfo *si) {
+  const Graph *g = s->g;
+  /* The ilp decides stashed tensors only: its other entries say nothing
+   * (keep-all's are DEC_KEEP), and a resident one is on the device. */
+  for (int t = 0; t < g->ntensors; t++)
+    if (!g->tensors[t].stashed) s->act[t] = DEC_NONE;
+  for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
+  int64_t arena = consider(s, s->act, si, false);
+  memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
+  if (arena >= 0 && s->d->host_memory_gbps > 0 && host_optimizer_all(g, s->alt) > 0) {
+    int64_t other = consider(s, s->alt, si, true);
+    if (other >= 0 && other < arena) arena = other;
+  }
+  return arena;
+}
+
 /* The ilp's activation decisions at ACT_BUDGET with the first K candidates
- * host-homed (their host bytes taken from host_memory), into s->act, and
- * on a device with host compute the same with every optimizer op whose
- * optimizer state is host-homed run on the host, its params host-homed
- * too (host_optimizer_all, docs/PLANNING.md 1.4): the
- * smaller arena of the two plans, or -1 when the ilp finds none there.
- * Either plan that fits the budget and is faster than the best so far
- * becomes the best. */
+ * host-homed (their host bytes taken from host_memory), judged with the
+ * optimizer on the device and on the host (judge_homes): the smaller
+ * arena, or -1 when the ilp finds no plan there. */
 static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budget) {
   const Graph *g = s->g;
   if (k == s->last_k && act_budget == s->last_budget) return s->last_arena;
@@ -136,14 +156,7 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   int rc = plan_decide_ilp(g, &dd, &po, s->act, &si, &e);
   plan_add_work(&s->work, &si);
   if (rc) return -1;
-  for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
-  int64_t arena = consider(s, s->act, &si, false);
-  memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
-  if (arena >= 0 && s->d->host_memory_gbps > 0 && host_optimizer_all(g, s->alt) > 0) {
-    int64_t other = consider(s, s->alt, &si, true);
-    if (other >= 0 && other < arena) arena = other;
-  }
-  return s->last_arena = arena;
+  return s->last_arena = judge_homes(s, k, &si);
 }
 
 /* Single changes judged by the simulator, on graphs with at most this many
@@ -257,20 +270,56 @@ static void refine(Search *s) {
   free(units);
 }
 
-/* The first K candidates host-homed: the ilp is given the budget plus the
- * bytes they free, less what the plan then overshoots the budget by, up to
- * three times, and at last its smallest budget (least), where its
- * decisions are those of the plan the search names as the smallest. */
-static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
-  int64_t budget = s->o->budget_bytes, act_budget = budget + home_bytes;
-  for (int round = 0; round < 3 && act_budget > least && !plan_past_deadline(s->o); round++) {
+/* The first K candidates host-homed: the ilp is given ACT_BUDGET for the
+ * activations, less what the plan then overshoots the budget by, up to
+ * three times while above LOWEST. Whether it stopped on a plan that fits
+ * or is faster than the best before it. */
+static bool descend(Search *s, int k, int64_t home_bytes, int64_t act_budget, int64_t lowest) {
+  int64_t budget = s->o->budget_bytes;
+  for (int round = 0; round < 3 && act_budget > lowest && !plan_past_deadline(s->o); round++) {
     double before = s->best_step;
     int64_t arena = try_homes(s, k, home_bytes, act_budget);
-    if (arena < 0) break;
-    if ((s->best_step >= 0 && s->best_step != before) || arena <= budget) return;
+    if (arena < 0) return false;
+    if ((s->best_step >= 0 && s->best_step != before) || arena <= budget) return true;
     act_budget -= arena - budget;
   }
-  if (s->best_step < 0 || !plan_past_deadline(s->o)) try_homes(s, k, home_bytes, least);
+  return false;
+}
+
+/* The first K candidates host-homed: the ilp is given the budget plus the
+ * bytes they free (descend), and at last its smallest budget (least),
+ * where its decisions are those of the plan the search names as the
+ * smallest. */
+static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
+  if (!descend(s, k, home_bytes, s->o->budget_bytes + home_bytes, least) && (s->best_step < 0 || !plan_past_deadline(s->o)))
+    try_homes(s, k, home_bytes, least);
+}
+
+/* The ilp met the budget with every resident on the device (DEC, its run
+ * SI). Its decisions with the first k candidates host-homed (every
+ * optimizer state, then half as many, and so on down to one: the largest
+ * first, so a few updates leave the compute stream for a few copies), each
+ * with the optimizer on the device and on the host (judge_homes), cost
+ * two plans each, no solve; only where one of them is faster than the
+ * ilp's plan is the ilp solved again, for the fastest k, given the device
+ * bytes those homes free at the peak (far above its smallest budget: a
+ * fast solve), less what its plan then overshoots (descend). A host
+ * optimizer saves at most its ops' device time, which the ilp's own
+ * decisions already show, so a twin no faster there skips the solve
+ * (docs/PLANNING.md 1.2). NOPT: how many optimizer states lead the
+ * candidates; BYTES[k]: the first k's host bytes. */
+static void host_twin(Search *s, const Decision *dec, const SolverInfo *si, int nopt, const int64_t *bytes) {
+  int64_t budget = s->o->budget_bytes, device_arena = consider(s, dec, si, false), arena = -1;
+  double device_step = s->best_step;
+  int best_k = 0;
+  for (int k = nopt; device_arena >= 0 && k > 0; k /= 2) {
+    double before = s->best_step;
+    memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
+    int64_t a = judge_homes(s, k, si);
+    if (s->best_step != before) best_k = k, arena = a;
+  }
+  if (best_k > 0 && s->best_step != device_step && arena >= 0 && arena < device_arena)
+    descend(s, best_k, bytes[best_k], budget + (device_arena - arena), budget);
 }
 
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
@@ -307,12 +356,50 @@ static void refuse(const Graph *g, const Device *d, const PlanOptions *o, int64_
             g->path, o->budget_bytes, b1, d->name, reach, b2);
 }
 
+double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o) {
+  double device = 0, host = 0;
+  for (int i = 0; i < g->nops; i++) device += cost_op_seconds(g, d, i);
+  bool open = d->host_memory_gbps > 0 && !d->unified_memory && !o->device_homes_only;
+  int *ops = open ? util_xcalloc((size_t)g->nops + 1, sizeof *ops) : NULL;
+  bool *taken = open ? util_xcalloc((size_t)g->nops + 1, sizeof *taken) : NULL;
+  int n = 0;
+  /* The ops a host may run, by device time saved per host second, most
+   * first (ties in op order). */
+  for (int t = 0; ops && taken && t < g->ntensors; t++) {
+    int op = plan_host_optimizer_op(g, t);
+    if (op < 0 || taken[op]) continue;
+    taken[op] = true;
+    double c = cost_op_seconds(g, d, op), h = cost_host_op_seconds(g, d, op);
+    int j = n++;
+    for (; j > 0 && cost_op_seconds(g, d, ops[j - 1]) * h < c * cost_host_op_seconds(g, d, ops[j - 1]); j--) ops[j] = ops[j - 1];
+    ops[j] = op;
+  }
+  /* Moving a share x of op i to the host: device - x c_i, host + x h_i;
+   * the least of their maximum takes whole ops while the device stays the
+   * longer stream, then the share of the next where the two meet. */
+  for (int k = 0; k < n; k++) {
+    double c = cost_op_seconds(g, d, ops[k]), h = cost_host_op_seconds(g, d, ops[k]);
+    if (device - c >= host + h) {
+      device -= c, host += h;
+    } else {
+      device -= (device - host) / (c + h) * c;
+      break;
+    }
+  }
+  free(ops);
+  free(taken);
+  return device * 1e6;
+}
+
 int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   double start = util_now();
-  /* Everything on the device when the ilp meets the budget so; on a
-   * unified_memory device a host home saves nothing. */
+  /* Everything on the device when the ilp meets the budget so, unless a
+   * host optimizer is faster there; on a unified_memory device a host
+   * home saves nothing. */
   int rc = plan_decide_ilp(g, d, o, dec, si, e);
-  if (rc == 0 || d->unified_memory || o->device_homes_only) return rc;
+  if (d->unified_memory || o->device_homes_only) return rc;
+  if (rc == 0 && (!(d->host_memory_gbps > 0) || plan_past_deadline(o))) return rc;
+  bool device_met = rc == 0;
   int n = g->ntensors;
   Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1, .work = *si};
   int *cand = util_xcalloc((size_t)n + 1, sizeof *cand);
@@ -332,37 +419,53 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     bytes[i + 1] = bytes[i] + plan_host_share(g, cand[i]);
     nopt += g->tensors[cand[i]].kind == KIND_OPTSTATE;
   }
-  char note[sizeof si->note] = "";
-  Err me = {{0}};
-  int64_t least = ncand <= 0          ? -1
-                  : si->min_budget_known ? si->min_budget
-                                         : plan_ilp_min_budget(g, d, o, note, &me);
-  if (least < 0) goto out; /* the ilp's own error stands */
-  /* The fewest candidates whose bytes cover what the ilp alone lacks, else
-   * all the optimizer state, else everything: the first that fits. A plan
-   * that fits only with the optimizer on the host (its grads leave the
-   * device after their last accumulation) may be slower than one with more
-   * homes and the optimizer on the device: while the best runs optimizer
-   * ops on the host, the next prefix is tried too and the faster wins. */
-  int k1 = 1;
-  while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
-  int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
-  for (int i = 0; i < 3 && (s.best_step < 0 || (s.best_on_host && !plan_past_deadline(o))); i++)
-    if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
-  if (s.best_step < 0) {
-    /* The smallest budget with every candidate home: the ilp's smallest
-     * activations (at least) under them. */
-    int64_t reach = try_homes(&s, ncand, bytes[ncand], least);
-    if (reach > 0) refuse(g, d, o, reach, e);
-    goto out;
+  if (device_met) {
+    /* The twins, then on small graphs single changes (one optimizer op on
+     * the host can be faster where all of them are not); where nothing
+     * beats the ilp's plan, it stands with its solver fields. */
+    rc = 0;
+    host_twin(&s, dec, si, nopt, bytes);
+    if (s.best_step < 0) goto out;
+    double twin_step = s.best_step;
+    bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
+    refine(&s);
+    if (!twin_won && s.best_step == twin_step) goto out;
+  } else {
+    char note[sizeof si->note] = "";
+    Err me = {{0}};
+    int64_t least = ncand <= 0          ? -1
+                    : si->min_budget_known ? si->min_budget
+                                           : plan_ilp_min_budget(g, d, o, note, &me);
+    if (least < 0) goto out; /* the ilp's own error stands */
+    /* The fewest candidates whose bytes cover what the ilp alone lacks,
+     * else all the optimizer state, else everything: the first that fits.
+     * A plan that fits only with the optimizer on the host (its grads
+     * leave the device after their last accumulation) may be slower than
+     * one with more homes and the optimizer on the device: while the best
+     * runs optimizer ops on the host, the next prefix is tried too and the
+     * faster wins. */
+    int k1 = 1;
+    while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
+    int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
+    for (int i = 0; i < 3 && (s.best_step < 0 || (s.best_on_host && !plan_past_deadline(o))); i++)
+      if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
+    if (s.best_step < 0) {
+      /* The smallest budget with every candidate home: the ilp's smallest
+       * activations (at least) under them. */
+      int64_t reach = try_homes(&s, ncand, bytes[ncand], least);
+      if (reach > 0) refuse(g, d, o, reach, e);
+      goto out;
+    }
+    refine(&s);
   }
-  refine(&s);
   memcpy(dec, s.best, (size_t)n * sizeof *dec);
   *si = s.si;
-  /* The solver fields say what the whole search did. */
+  /* The solver fields say what the whole search did, of the plan it
+   * returns: its simulated step against a bound over every plan the
+   * search covers (docs/PLANNING.md 1.2). */
+  plan_settle_solver(si, s.best_step, plan_homes_bound_us(g, d, o), plan_past_deadline(o));
   si->seconds = util_now() - start;
   si->simplex_iterations = s.work.simplex_iterations, si->nodes = s.work.nodes;
-  if (plan_past_deadline(o) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
   e->msg[0] = '\0';
   rc = 0;
 out:

@@ -484,6 +484,12 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
  * cannot leave the device plus the largest working set of one op. -1 where
  * homes are closed (the all-device bounds then hold), or out of memory. */
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o);
+/* A bound on the step time, in us, of every plan the ilp strategy may
+ * return once homes are open (docs/PLANNING.md 1.2): every op's device
+ * time, less what moving optimizer ops to the host (where the device has
+ * host compute) can take off the compute stream while the host stream
+ * stays no longer. */
+double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */
@@ -521,6 +527,14 @@ int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
 /* Runs a strategy end to end and checks the result against the budget
  * and the device's host_memory. */
 Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e);
+/* The relative gap to the bound within which a plan is "optimal" (the
+ * ilp's branch and bound stops there too). */
+#define PLAN_OPTIMAL_GAP 0.001
+/* SI's objective, bound, gap and status for the plan returned, of step
+ * STEP_SECONDS, against BOUND_US, a bound over every plan the strategy
+ * covers: "optimal" only within PLAN_OPTIMAL_GAP of it, else "time_limit"
+ * where TIMED_OUT, else "feasible". */
+void plan_settle_solver(SolverInfo *si, double step_seconds, double bound_us, bool timed_out);
 /* Adds from's counted work (simplex iterations, nodes) to to's. */
 void plan_add_work(SolverInfo *to, const SolverInfo *from);
 /* Whether o's --time-limit deadline (set: plan_make sets it) has passed. */

@@ -302,8 +302,8 @@ static void check_plans(const Graph *g, const Device *dev, bool half_host) {
 /* gpt2-tiny at its keep-all arena on an H100: were every grad held for the
  * whole step, keep-all's peak there would include the grads not yet
  * written at its peak step, over the budget; held from their first users it
- * fits, and the ilp's optimum is keep-all itself: nothing recomputed or
- * offloaded, its step time. */
+ * fits, and the ilp recomputes nothing there: keep-all's step time, or
+ * less with the optimizer on the host (docs/PLANNING.md 1.2). */
 static void check_grads_late(void) {
   Err e = {{0}};
   Graph *g = graph_load("models/gpt2-tiny.json", &e);
@@ -330,9 +330,10 @@ static void check_grads_late(void) {
     T_CHECK(unwritten > 0 && keep->arena_bytes < r.peak_live_bytes + unwritten);
     PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = keep->arena_bytes, .quiet = true};
     p = plan_make(g, h100, &o, &e);
-    T_CHECKF(p && p->predicted.recompute_seconds == 0 && p->host_bytes == 0 &&
-                 p->predicted.step_seconds == keep->predicted.step_seconds,
-             "%s", p ? "the ilp recomputes or offloads at keep-all's arena" : e.msg);
+    /* h100-sxm-80g has host compute: the optimizer may move to the host
+     * there (host bytes), for a faster step than keep-all's. */
+    T_CHECKF(p && p->predicted.recompute_seconds == 0 && p->predicted.step_seconds <= keep->predicted.step_seconds,
+             "%s", p ? "the ilp recomputes, or is slower than keep-all, at keep-all's arena" : e.msg);
     free(first);
     free(last);
   }
@@ -614,6 +615,16 @@ static void check_homes_budget(const Graph *g, const Device *d, const Layers *L,
   bool homes = false;
   for (int t = 0; t < g->ntensors; t++) homes |= p->decisions[t] >= DEC_HOST;
   if (homes) check_homes_neighbours(g, d, L, out, nstash, p, budget);
+  /* The solver fields are the returned plan's, its bound one over every
+   * plan it was chosen from: the whole family where the rule chose it
+   * (homes), every all-device plan where the ilp's plan stands. */
+  T_CHECKF(fabs(p->solver.objective - step * 1e6) <= 1e-9 * step * 1e6, "ilp on %s at %" PRId64 ": objective %.6f us, step %.6f us",
+           g->name, budget, p->solver.objective, step * 1e6);
+  double covered = homes ? best : best_device;
+  T_CHECKF(covered >= 0 && p->solver.bound <= covered * 1e6 * (1 + 1e-9), "ilp on %s at %" PRId64 ": bound %.6f us above the optimum %.6f us%s",
+           g->name, budget, p->solver.bound, covered * 1e6, homes ? "" : " of all-device plans");
+  T_CHECKF(strcmp(p->solver.status, "optimal") || p->solver.gap <= PLAN_OPTIMAL_GAP, "ilp on %s at %" PRId64 ": optimal at gap %g",
+           g->name, budget, p->solver.gap);
   /* Where a plan with everything on the device is the optimum, the ilp
    * alone finds it (the rule runs only when that fails). */
   if (best_device >= 0 && best_device <= best * (1 + 1e-12))
@@ -689,7 +700,7 @@ int main(void) {
   check_graph(d, 2, 6, false, true);
   check_graph(d, 11, 6, true, true);
   T_CASE("llama, 1 layer: ilp against every keep/recompute plan") check_model_remat(d, "llama");
-  T_CASE("gpt2-tiny at keep-all's arena, which grads held all step would overflow: the ilp's optimum is keep-all") check_grads_late();
+  T_CASE("gpt2-tiny at keep-all's arena, which grads held all step would overflow: nothing recomputed, keep-all's step or faster") check_grads_late();
   Device *hd = device_parse("exh-homes.json", homes_dev_json, strlen(homes_dev_json), &e);
   T_CASE("the homes' device") T_CHECKF(hd != NULL, "%s", e.msg);
   static const struct {

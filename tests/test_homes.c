@@ -6,12 +6,17 @@
  * simulator's checks; an infeasible budget names a smallest budget below
  * the ilp's own, and a plan is made at it; on a unified_memory device
  * nothing is host-homed and the refusal is the ilp's own; with host
- * compute the optimizer moves to the host only where that is faster.
+ * compute the optimizer moves to the host only where that is faster, at
+ * every budget up to keep-all's, and a larger budget never gets a slower
+ * plan; the solver fields of a plan the search returns are its own (the
+ * objective its simulated step, a bound at most that, "optimal" only
+ * within the solver's gap).
  */
 #include "ration.h"
 #include "test.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +52,73 @@ static int count_homes(const Plan *p, const Graph *g) {
   int n = 0;
   for (int t = 0; t < g->ntensors; t++) n += p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH;
   return n;
+}
+
+/* A plan's solver fields are its own, not an inner solve's: the objective
+ * is its simulated step, the bound above zero and at most that, the gap
+ * theirs, and "optimal" only within the solver's tolerance. */
+static void check_solver_fields(const Plan *p, const char *what) {
+  const SolverInfo *s = &p->solver;
+  double step_us = p->predicted.step_seconds * 1e6;
+  T_CASE(what) {
+    T_CHECKF(fabs(s->objective - step_us) <= 1e-9 * step_us, "objective %.6f us, simulated step %.6f us", s->objective,
+             step_us);
+    T_CHECKF(s->bound > 0 && s->bound <= s->objective, "bound %.6f, objective %.6f", s->bound, s->objective);
+    T_CHECKF(fabs(s->gap - (s->objective - s->bound) / s->objective) < 1e-9, "gap %g, objective %.6f, bound %.6f", s->gap,
+             s->objective, s->bound);
+    T_CHECKF(strcmp(s->status, "optimal") || s->gap <= PLAN_OPTIMAL_GAP, "status %s at gap %g", s->status, s->gap);
+  }
+}
+
+/* With a fast host (a host optimizer beats the device's at every budget),
+ * more memory never buys a slower plan, from below the ilp's smallest
+ * budget (homes and the optimizer on the host) to keep-all's peak (where
+ * the ilp alone keeps everything on the device: its host twin is faster);
+ * and each plan's solver fields are its own. A plan at a budget handed to
+ * the next as the hint bounds its answer. */
+static void check_fast_host(const Graph *g, const Device *d, int64_t least, int64_t optstate) {
+  Device h = *d;
+  h.host_memory_gbps = 50, h.host_cores = 1;
+  Err e = {{0}};
+  PlanOptions ko = {.strategy = "keep-all", .budget_bytes = INT64_MAX};
+  Plan *k = plan_make(g, &h, &ko, &e);
+  T_CASE("fast host: keep-all's plan") T_CHECKF(k != NULL, "%s", e.msg);
+  if (!k) return;
+  int64_t keep_all = k->arena_bytes; /* a budget keep-all meets */
+  int64_t budgets[] = {least - optstate / 4, least, least + (keep_all - least) / 2, keep_all};
+  double prev = -1;
+  Decision *hint = calloc((size_t)g->ntensors, sizeof *hint);
+  for (int i = 0; i < 4; i++) {
+    PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true, .budget_bytes = budgets[i]};
+    Plan *p = plan_make(g, &h, &o, &e);
+    char what[160];
+    snprintf(what, sizeof what, "fast host, budget %" PRId64 ": a plan no slower than the smaller budget's", budgets[i]);
+    T_CASE(what) T_CHECKF(p && (prev < 0 || p->predicted.step_seconds <= prev * (1 + 1e-12)), "%g s after %g s: %s",
+                          p ? p->predicted.step_seconds : -1, prev, p ? "" : e.msg);
+    if (!p) continue;
+    snprintf(what, sizeof what, "fast host, budget %" PRId64 ": the solver fields are the plan's", budgets[i]);
+    check_solver_fields(p, what);
+    if (i == 3) {
+      int on_host = 0;
+      for (int t = 0; t < g->ntensors; t++) on_host += p->decisions[t] == DEC_HOST_OPTIMIZER;
+      T_CASE("fast host, keep-all's budget: the optimizer on the host, a valid plan faster than keep-all")
+        T_CHECKF(on_host > 0 && sim_check(p, g, &e) == 0 && p->predicted.step_seconds < k->predicted.step_seconds,
+                 "%d ops on the host, %g s against keep-all's %g s %s", on_host, p->predicted.step_seconds,
+                 k->predicted.step_seconds, e.msg);
+    }
+    if (i > 0 && hint) {
+      o.hint = hint;
+      Plan *q = plan_make(g, &h, &o, &e);
+      snprintf(what, sizeof what, "fast host, budget %" PRId64 ": with the smaller budget's plan as its hint, no slower than it", budgets[i]);
+      T_CASE(what) T_CHECKF(q && q->predicted.step_seconds <= prev * (1 + 1e-12), "%g s, the hint %g s", q ? q->predicted.step_seconds : -1, prev);
+      plan_free(q);
+    }
+    prev = p->predicted.step_seconds;
+    if (hint) memcpy(hint, p->decisions, (size_t)g->ntensors * sizeof *hint);
+    plan_free(p);
+  }
+  free(hint);
+  plan_free(k);
 }
 
 int main(void) {
@@ -89,10 +161,12 @@ int main(void) {
              : "a crawling host: no optimizer op on the host")
       T_CHECKF(k ? host_ops[k] > 0 && q->arena_bytes <= o.budget_bytes && sim_check(q, g, &e) == 0 : host_ops[k] == 0,
                "%d host ops %s", host_ops[k], e.msg);
+    if (q && k) check_solver_fields(q, "a fast host below the ilp's smallest budget: the solver fields are the plan's");
     plan_free(q);
   }
   T_CASE("the host optimizer's plan is the faster") T_CHECKF(host_ops[0] == 0 && host_ops[1] > 0 && steps[1] < steps[0],
                                                              "%g s against %g s", steps[1], steps[0]);
+  check_fast_host(g, d, least, optstate);
   o.budget_bytes = 1;
   e.msg[0] = 0;
   p = plan_make(g, d, &o, &e);
@@ -129,6 +203,7 @@ int main(void) {
   o.budget_bytes = reach;
   p = reach > 0 ? plan_make(g, d, &o, &e) : NULL;
   T_CASE("a plan at that smallest budget") T_CHECKF(p && p->arena_bytes <= reach && count_homes(p, g) > 0, "%s", e.msg);
+  if (p) check_solver_fields(p, "the smallest budget's plan: the solver fields are the plan's");
   plan_free(p);
   o.budget_bytes = 1;
   Err direct = {{0}};
