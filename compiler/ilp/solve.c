@@ -29,7 +29,7 @@
 #define ILP_LP_WORK 7e9      /* simplex iterations times nonzeros for the relaxation */
 #define ILP_EVALS_PER_TENSOR 6 /* descent evaluations */
 #define ILP_EXCHANGE_EVALS_PER_TENSOR 10 /* ... and more where exchanges follow */
-#define ILP_GAP 0.001        /* relative gap at which branch and bound stops */
+#define ILP_GAP PLAN_OPTIMAL_GAP /* relative gap at which branch and bound stops (a plan within it is "optimal") */
 #define ILP_GOOD_GAP 0.01    /* ... and, on models of ILP_CHEAP_NNZ or more, the neighbourhoods and the tree are skipped */
 /* The time solve's first tree stops within this of its bound; the proof
  * tree (with cuts, to ILP_PROOF_GAP) takes it from there. Past it GLPK's
