@@ -66,11 +66,11 @@ for f in "$tmp"/idle/*.plan.json; do
 done
 if [ $counted -gt 0 ]; then ok "$counted of the solves stopped at their counted limit"; else fail "a solve stopped at its counted limit"; fi
 
-# --time-limit: a solve that needed longer (gpt2-124m near its smallest budget: 5.3 s CPU before
-# the midpoint speed-ups; about 1.8 s now, so at 2 s it may finish before the limit).
+# --time-limit: a solve that needs far longer (gpt2-124m just above its smallest budget,
+# 3,435,214,340: 6.6 s CPU on this machine at 3.44 GB; at 3.7 GB it now finishes in 1.8 s).
 for limit in 1 2; do
   t0=$(date +%s.%N)
-  $RATION plan models/gpt2-124m.json --device h100-sxm-80g --budget 3700000000 --time-limit $limit -o "$tmp/tl" >/dev/null 2>"$tmp/tl.err"
+  $RATION plan models/gpt2-124m.json --device h100-sxm-80g --budget 3440000000 --time-limit $limit -o "$tmp/tl" >/dev/null 2>"$tmp/tl.err"
   st=$?; t1=$(date +%s.%N)
   if python3 - "$tmp/tl.plan.json" "$limit" "$t0" "$t1" "$st" <<'EOF'
 import json, sys
@@ -80,14 +80,13 @@ assert st == 0, "exit status %d" % st
 assert wall <= limit * 1.05 + 1, "took %.2f s with --time-limit %g" % (wall, limit)
 p = json.load(open(path))
 s = p["solver"]
-# The limit stopped it, or (a faster planner or machine) it finished first.
-assert s["status"] == "time_limit" or (s["status"] in ("optimal", "feasible") and s["seconds"] < limit), s
+assert s["status"] == "time_limit", s
 assert 0 < s["seconds"] <= wall, (s, wall)
 assert s["bound"] <= s["objective"] and s["bound"] > 0, s
 assert abs(s["gap"] - (s["objective"] - s["bound"]) / s["objective"]) < 1e-6, s
 EOF
-  then ok "--time-limit $limit: returned in time, status time_limit (or finished first), solver fields true to the run"
-  else fail "--time-limit $limit: returned in time, status time_limit (or finished first), solver fields true to the run" "$(cat "$tmp/tl.err")"; fi
+  then ok "--time-limit $limit: returned in time, status time_limit, solver fields true to the run"
+  else fail "--time-limit $limit: returned in time, status time_limit, solver fields true to the run" "$(cat "$tmp/tl.err")"; fi
   if $RATION simulate models/gpt2-124m.json "$tmp/tl.plan.json" --device h100-sxm-80g >/dev/null 2>"$tmp/sim.err"; then
     ok "--time-limit $limit: the plan is valid"
   else fail "--time-limit $limit: the plan is valid" "$(cat "$tmp/sim.err")"; fi
