@@ -14,13 +14,17 @@
 # (`train --profile` at the row's thread count), so its predicted overhead
 # (plan predicted / keep-all predicted, both from that profile) stands
 # beside its measured one (plan measured / keep-all measured, keep-all's
-# the mean of its runs just before and just after the plan's: this
-# machine drifts between runs). "within" says whether the measured
-# overhead is at most the predicted one plus 5% of the keep-all step.
+# the mean of its runs just before and just after the plan's). This VM's
+# speed drifts by up to 1.5x between runs seconds apart, so the overhead is
+# also measured with the drift removed: keep-all and the plan trained in ONE
+# process in alternating blocks of 4 steps (bench/ab_steps.c, AB_ROUNDS
+# rounds, default 8). "within" says whether that overhead is at most the
+# predicted one plus 5% of the keep-all step.
 # Usage (after `make`): sh bench/bench_torch.sh [STEPS]   (default 20)
 #   MODELS (names, e.g. "gpt2-6l384") runs only those models' rows.
 set -e
 STEPS=${1:-20}
+AB_ROUNDS=${AB_ROUNDS:-8}
 R=bin/ration
 BUILD=${BUILD:-build/rel}
 DEV=budgets/cpu.json
@@ -38,12 +42,18 @@ build() { # schedule base path, binary
     -DSCHED_ENTRY="ration_schedule_$(echo "$base" | tr -c 'A-Za-z0-9\n' '_')" -o "$2" examples/train.c "$1.sched.c" \
     "$BUILD/libration.a" -lm -lpthread
 }
+ab_build() { # schedule A base path, schedule B base path, binary
+  cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime \
+    -DSCHED_A="ration_schedule_$(basename "$1" | tr -c 'A-Za-z0-9\n' '_')" \
+    -DSCHED_B="ration_schedule_$(basename "$2" | tr -c 'A-Za-z0-9\n' '_')" -o "$3" bench/ab_steps.c "$1.sched.c" \
+    "$2.sched.c" "$BUILD/libration.a" -lm -lpthread
+}
 ms() { sed -n 's/^step time: .* measured \([0-9.]*\) ms.*/\1/p'; }
 predicted_ms() { sed -n 's/^step time: predicted \([0-9.]*\) ms.*/\1/p'; }
 
 echo "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'), $(nproc) cores, $STEPS steps after a warm-up one"
-echo "| model | threads | ration keep-all ms | plan budget | ration plan (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | plan / keep-all predicted | plan / keep-all measured | within | load |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | threads | ration keep-all ms | plan budget | ration plan (ilp) ms | PyTorch eager ms | keep-all / PyTorch | tokens/s keep-all | plan / keep-all predicted | plan / keep-all measured, separate runs | plan / keep-all measured, one process | within | load |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
   m=$(basename "$g" .json)
   case " ${MODELS:-$m} " in *" $m "*) ;; *) continue ;; esac
@@ -76,10 +86,14 @@ for g in models/gpt2-tiny.json models/llama-tiny.json "$tmp/gpt2-6l384.json"; do
     p=$(echo "$out" | ms); pp=$(echo "$out" | predicted_ms)
     k2=$("$tmp/$m-k.train" --steps $((STEPS + 1)) --threads $n --sample 0 | ms)
     k=$(echo "$k1 $k2" | awk '{ printf "%.3f", ($1 + $2) / 2 }')
+    ab_build "$tmp/$m-k" "$tmp/$m-p" "$tmp/$m-ab"
+    ab=$("$tmp/$m-ab" "$AB_ROUNDS" 4 $n "$tmp/ab-k.json" "$tmp/ab-p.json" |
+         sed -n 's/.*step \([0-9.]*\) ms wall.*/\1/p' | tr '\n' ' ')
     t=$("$VENV/bin/python" bench/torch_model.py "$g" $n "$STEPS" | sed -n 's/^median_ms //p')
     echo "| $m | $n | $k | $s | $p | $t | $(echo "$k $t" | awk '{ printf "%.2f", $1 / $2 }') |\
  $(echo "$tokens $k" | awk '{ printf "%.0f", $1 / ($2 / 1e3) }') |\
- $(echo "$pp $kp $p $k" | awk '{ pr = $1 / $2; me = $3 / $4; printf "%.3f | %.3f | %s", pr, me, me <= pr + 0.05 ? "yes" : "no" }') |\
+ $(echo "$pp $kp $p $k $ab" | awk '{ pr = $1 / $2; ab = $6 / $5
+       printf "%.3f | %.3f | %.3f | %s", pr, $3 / $4, ab, ab <= pr + 0.05 ? "yes" : "no" }') |\
  $(cut -d' ' -f1 /proc/loadavg) |"
   done
 done
