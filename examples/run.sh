@@ -6,7 +6,9 @@
 #   3. plan it with those costs at the midpoint budget, halfway between the
 #      smallest budget the strategy planned (the one its error names, or
 #      found by bisection) and the keep-all peak, without a time limit (so
-#      the same plan on a busy machine), and emit the C schedule
+#      the same plan on a busy machine); then profile that plan's own run (5
+#      steps) and plan again from its op times at the same budget (two-pass
+#      profile-guided planning), and emit the C schedule
 #   4. build examples/train.c against that schedule and libration (with the
 #      CUDA backend when it was built; it is used when a GPU is present)
 #   5. train on the bytes of the GPL-3 text: falling loss, a sample, the
@@ -80,6 +82,15 @@ until $R plan $OUT/gpt2-tiny.json --device $DEV --costs $OUT/gpt2-tiny.costs.jso
         --budget $budget -o $OUT/gpt2-tiny 2>/dev/null; do
   budget=$((budget + keep / 100))
 done
+
+# Second pass: a plan's ops need not run at the profiled schedule's speed
+# (on a CPU a plan's smaller arena sits better in the caches), so profile
+# the plan itself and plan again from its op times at the same budget.
+echo "== 3b. profile the plan (5 steps) and plan again from its op times"
+build_trainer $OUT/gpt2-tiny $OUT/train-first
+$OUT/train-first --steps 5 --data $DATA --graph $OUT/gpt2-tiny.json --profile $OUT/gpt2-tiny.plan-costs.json | tail -1
+$R plan $OUT/gpt2-tiny.json --device $DEV --costs $OUT/gpt2-tiny.plan-costs.json --strategy $STRATEGY \
+  --budget $budget -o $OUT/gpt2-tiny
 
 echo "== 4. build the trainer against $OUT/gpt2-tiny.sched.c"
 build_trainer $OUT/gpt2-tiny $OUT/train
