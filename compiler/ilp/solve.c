@@ -621,6 +621,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   double bound = 0, least_us = compute_us(g, d);
   bool relaxed = false;
   bool picked = false;
+  double polished_s = HUGE_VAL; /* the step of the plan polish last left */
   /* When no start fits, the memory-minimizing plan is the start (and,
    * should the solve find nothing better, the answer). */
   int64_t mm_arena = -1, mm_proven = 0;
@@ -693,6 +694,15 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
         if (!strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "feasible");
       }
     }
+    /* What fits, polished before the stopping test below: the next
+     * round's answer must beat the plan this run would return, not the
+     * unpolished one (cond-4 seed 1 of bench/gen_graph.py at its smallest
+     * budget: 23 rounds, 0.9 s each, to reach 2.7% above the bound, where
+     * polish took the first round's plan within 2%). Once per plan. */
+    if (best_s < polished_s && c.ok && c_arena > o->budget_bytes && polish(g, d, o->budget_bytes, best, &best_s, deadline) &&
+        !strcmp(si->status, "optimal"))
+      snprintf(si->status, sizeof si->status, "feasible");
+    if (best_s < polished_s) polished_s = best_s;
     /* Tighter rows only raise the model's objective: stop once the
      * solver's answer fits or simulates no faster than what does, or once
      * what fits is within ILP_DIVE_GAP of the first round's bound (the gap
