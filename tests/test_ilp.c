@@ -63,6 +63,19 @@ static void range(const Graph *g, const Device *d, int64_t *m, int64_t *k) {
   }
 }
 
+/* The model's peak of one vector is the simulator's (else printed). */
+static bool peak_exact(const Graph *g, const Device *d, const Decision *dec, const char *what, int it) {
+  Err e;
+  Plan *p = plan_from_decisions(g, d, dec, &e);
+  int64_t ilp = plan_ilp_predicted_peak(g, d, dec, &e);
+  bool ok = p && ilp == p->predicted.peak_live_bytes;
+  if (!ok)
+    printf("  %s %svector %d: model %lld, simulator %lld (%s)\n", g->name, what, it, (long long)ilp,
+           p ? (long long)p->predicted.peak_live_bytes : -1LL, ilp < 0 ? e.msg : "");
+  plan_free(p);
+  return ok;
+}
+
 /* Random decision vectors: the model's peak is the simulator's. */
 static void check_model_exact(const Graph *g, const Device *d, int n, unsigned seed) {
   Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
@@ -73,17 +86,34 @@ static void check_model_exact(const Graph *g, const Device *d, int n, unsigned s
     /* Mostly one decision per vector, so long recompute chains occur. */
     int bias = rand() % 4;
     for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = (Decision)(rand() % 2 ? bias % 3 : rand() % 3);
-    Err e;
-    Plan *p = plan_from_decisions(g, d, dec, &e);
-    int64_t ilp = plan_ilp_predicted_peak(g, d, dec, &e);
-    if (!p || ilp != p->predicted.peak_live_bytes) {
-      bad++;
-      printf("  %s vector %d: model %lld, simulator %lld (%s)\n", g->name, it, (long long)ilp,
-             p ? (long long)p->predicted.peak_live_bytes : -1LL, ilp < 0 ? e.msg : "");
-    }
-    plan_free(p);
+    bad += !peak_exact(g, d, dec, "", it);
   }
   T_CHECKF(bad == 0, "%s on %s: %d of %d vectors differ", g->name, d->name, bad, n);
+  free(dec);
+}
+
+/* Random decision vectors with params and optimizer state host-homed
+ * (host or host-refetch where allowed; the optimizer on the device): the
+ * model's peak, with its home columns, is the simulator's; and some
+ * vectors home something, so the home terms are exercised. */
+static void check_model_homes_exact(const Graph *g, const Device *d, int n, unsigned seed) {
+  Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
+  srand(seed);
+  int bad = 0, homed = 0;
+  for (int it = 0; it < n; it++) {
+    int bias = rand() % 4, share = 1 + rand() % 3;
+    for (int t = 0; t < g->ntensors; t++) {
+      dec[t] = DEC_NONE;
+      if (rand() % 4 >= share) continue;
+      if (plan_home_allowed(g, t, DEC_HOST_REFETCH) && rand() % 2) dec[t] = DEC_HOST_REFETCH;
+      else if (plan_home_allowed(g, t, DEC_HOST)) dec[t] = DEC_HOST;
+      homed += dec[t] != DEC_NONE;
+    }
+    for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = (Decision)(rand() % 2 ? bias % 3 : rand() % 3);
+    bad += !peak_exact(g, d, dec, "homes ", it);
+  }
+  T_CHECKF(bad == 0, "%s on %s: %d of %d vectors with homes differ", g->name, d->name, bad, n);
+  T_CHECKF(homed > 0, "%s: no vector homed anything", g->name);
   free(dec);
 }
 
@@ -252,6 +282,8 @@ int main(void) {
       check_model_exact(g, h100, 25, 1 + (unsigned)i);
       check_model_exact(g, cpu, 25, 11 + (unsigned)i);
     }
+    T_CASE("model peak == simulator peak, random decisions with host homes (h100)")
+      check_model_homes_exact(g, h100, 25, 31 + (unsigned)i);
     T_CASE("stall rows never exceed the copy queues, random decisions") check_stall_rows(g, h100, 40, true, 21 + (unsigned)i);
     T_CASE("the tree's cuts cut their point off and hold at every vector that fits") {
       int64_t m, k;

@@ -27,6 +27,7 @@ static int eval_decisions(const Ilp *md, const Decision *dec, double *x) {
     x[md->colR[t]] = dec[t] == DEC_RECOMPUTE;
     x[md->colO[t]] = dec[t] == DEC_OFFLOAD;
   }
+  if (ilp_eval_homes(md, dec, x)) goto out;
   for (int q = 0; q < g->nops; q++) {
     if (rerun[q] >= 0) {
       int c = ilp_cand_le(md, q, rerun[q]);
@@ -119,7 +120,7 @@ double ilp_objective_of(const Ilp *md, const double *x) {
 /* The model without a memory limit, evaluated at dec into *x: 0, or -1
  * with e set and nothing left to free. */
 static int eval_unlimited(Ilp *md, const Graph *g, const Device *d, const Decision *dec, double **x, int64_t *peak, Err *e) {
-  if (ilp_build(md, g, d, INT64_MAX / 4, false, 0, e)) return -1;
+  if (ilp_build_with_homes(md, g, d, 0, e)) return -1;
   *x = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double));
   int rc = !*x ? err_set(e, "%s: out of memory", g->path)
                : ilp_eval(md, dec, *x, peak) ? err_set(e, "%s: decisions outside the ILP's model", g->path) : 0;
@@ -175,7 +176,7 @@ double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec) 
   Ilp md;
   Err e;
   double v = -1;
-  if (ilp_build(&md, g, d, INT64_MAX / 4, false, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return -1;
+  if (ilp_build_with_homes(&md, g, d, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return -1;
   double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   int64_t peak;
   if (x && ilp_eval(&md, dec, x, &peak) == 0) v = ilp_objective_of(&md, x);

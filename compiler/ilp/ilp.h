@@ -22,6 +22,7 @@
  *             (consumers, candidates, positions), the columns, the re-run
  *             rows, and building and freeing it
  *   memory.c  the memory rows
+ *   homes.c   the host homes' columns and their memory terms
  *   stalls.c  the copy-stall rows and a decision vector's stalls
  *   cuts.c    the c-MIR cuts of branch and bound
  *   eval.c    a decision vector's columns, objective and peak
@@ -104,6 +105,8 @@ typedef struct Ilp {
   bool min_memory;
   int depth; /* pulls reach at most this many ops before an op's own need; <= 0: unbounded */
   int *colK, *colR, *colO; /* per tensor, -1 */
+  int *colH, *colF;         /* per resident tensor: host home, host-refetch home (homes.c), -1 */
+  bool homes;               /* the home columns are built (ilp_build_with_homes) */
   int *cand_first, *cand_n; /* per op, into cand_t / ycol */
   int *cand_t, *ycol, ncand;
   int npos;
@@ -217,13 +220,32 @@ bool ilp_offload_allowed(const Ilp *md, int t);
 int ilp_pos_of_rerun(const Ilp *md, int j, int q);
 double ilp_op_us(const Ilp *md, int op);
 void ilp_free(Ilp *md);
+/* A solve's model: every resident tensor on the device (no home columns). */
 int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e);
+/* The model without a memory limit, with the home columns (homes.c): what
+ * a plan's predicted peak and objective are evaluated in. */
+int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Err *e);
 
 /* ------------------------------------------------------------ memory.c */
 
 /* Called by ilp_build, in this order. */
 void ilp_build_memory(Ilp *md);
 void ilp_build_rows(Ilp *md, int64_t budget);
+/* A prefetched copy of t (alive: its condition) needed at op `need` and
+ * issued after op `after`: live earlier, from the issue point of a
+ * forward consumer's re-run that needs it first (the re-run's op, by Y). */
+void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int64_t bytes);
+
+/* ------------------------------------------------------------ homes.c */
+
+/* Called by ilp_build after the memory terms: colH and colF, and where
+ * md->homes the columns H and F of the params and optimizer state the
+ * step writes, their terms, and H + F <= 1. */
+void ilp_build_homes(Ilp *md);
+/* Sets the home columns of dec in x (after the decisions' columns): -1
+ * for a home the model has no column for (the host optimizer included).
+ * A solve's model (no home columns) reads every home as the device's. */
+int ilp_eval_homes(const Ilp *md, const Decision *dec, double *x);
 
 /* ------------------------------------------------------------ stalls.c */
 

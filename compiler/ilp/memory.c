@@ -43,6 +43,29 @@ static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
   ilp_run_flush(md, run, last, bytes);
 }
 
+void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int64_t bytes) {
+  const Graph *g = md->g;
+  int issue = plan_prefetch_issue_after(g, md->d, bytes, need, after), minc = need;
+  for (int c = 0; c < md->cons_n[t]; c++) {
+    int q2 = md->cons[md->cons_first[t] + c];
+    if (md->cand_n[q2] && md->cand_t[md->cand_first[q2]] < minc) minc = md->cand_t[md->cand_first[q2]];
+  }
+  Run *run = &md->run;
+  Sig *sg = &md->sig;
+  run->open = false;
+  int m = minc - 1;
+  for (int j = after + 1; j < issue; j++) {
+    while (m + 1 <= need - 1 && plan_prefetch_issue_after(g, md->d, bytes, m + 1, after) <= j) m++;
+    sg->ng = 0;
+    for (int c = 0; m >= minc && c < md->cons_n[t]; c++) {
+      Lin fct[2] = {*alive, ilp_yle(md, md->cons[md->cons_first[t] + c], m)};
+      ilp_sig_add(md, sg, fct, 2);
+    }
+    for (int pp = md->grp_first[j]; pp <= md->grp_comp[j]; pp++) ilp_run_step(md, run, sg, pp, bytes);
+  }
+  if (issue > after + 1) ilp_run_flush(md, run, md->grp_comp[issue - 1], bytes);
+}
+
 void ilp_build_memory(Ilp *md) {
   const Graph *g = md->g;
   int n = g->nops, last_pos = md->npos - 1;
@@ -80,26 +103,7 @@ void ilp_build_memory(Ilp *md) {
       int issue_f = plan_prefetch_issue_op(g, md->d, t, f);
       ilp_term(md, md->grp_first[issue_f], md->grp_comp[lr], &o, x->bytes);
       if (lr + 1 < n) extension(md, t, md->grp_first[lr + 1], &o, x->bytes);
-      /* Earlier when a consumer's re-run needs it first. */
-      int minc = f;
-      for (int c = 0; c < md->cons_n[t]; c++) {
-        int q2 = md->cons[md->cons_first[t] + c];
-        if (md->cand_n[q2] && md->cand_t[md->cand_first[q2]] < minc) minc = md->cand_t[md->cand_first[q2]];
-      }
-      Run *run = &md->run;
-      Sig *sg = &md->sig;
-      run->open = false;
-      int m = minc - 1;
-      for (int j = w + 1; j < issue_f; j++) {
-        while (m + 1 <= f - 1 && plan_prefetch_issue_op(g, md->d, t, m + 1) <= j) m++;
-        sg->ng = 0;
-        for (int c = 0; m >= minc && c < md->cons_n[t]; c++) {
-          Lin fct[2] = {o, ilp_yle(md, md->cons[md->cons_first[t] + c], m)};
-          ilp_sig_add(md, sg, fct, 2);
-        }
-        for (int pp = md->grp_first[j]; pp <= md->grp_comp[j]; pp++) ilp_run_step(md, run, sg, pp, x->bytes);
-      }
-      if (issue_f > w + 1) ilp_run_flush(md, run, md->grp_comp[issue_f - 1], x->bytes);
+      ilp_early_need(md, t, &o, w, f, x->bytes);
     }
   }
   /* Workspace of every op at its own step. */

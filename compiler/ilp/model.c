@@ -608,7 +608,7 @@ static void build_reruns(Ilp *md) {
 
 void ilp_free(Ilp *md) {
   milp_model_free(&md->m);
-  free(md->colK), free(md->colR), free(md->colO);
+  free(md->colK), free(md->colR), free(md->colO), free(md->colH), free(md->colF);
   free(md->cand_first), free(md->cand_n), free(md->cand_t), free(md->ycol);
   free(md->pos_op), free(md->pos_q), free(md->grp_first), free(md->grp_comp);
   free(md->cons_first), free(md->cons_n), free(md->cons);
@@ -670,8 +670,10 @@ static void pack_for_eval(Ilp *md) {
     if (md->m.obj[c] != 0) md->obj_cols[md->nobj_cols++] = c;
 }
 
-int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
+static int build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, bool homes,
+                 Err *e) {
   memset(md, 0, sizeof *md);
+  md->homes = homes;
   md->depth = depth;
   md->g = g;
   md->d = d;
@@ -689,6 +691,7 @@ int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min
   ilp_build_stalls(md);
   build_reruns(md);
   ilp_build_memory(md);
+  ilp_build_homes(md);
   ilp_build_rows(md, budget);
   pack_for_eval(md);
   if (md->failed || md->m.failed) goto oom;
@@ -698,4 +701,12 @@ int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min
 oom:
   ilp_free(md);
   return err_set(e, "%s: out of memory while building the ILP", g->path);
+}
+
+int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
+  return build(md, g, d, budget, min_memory, depth, false, e);
+}
+
+int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Err *e) {
+  return build(md, g, d, INT64_MAX / 4, false, depth, true, e);
 }
