@@ -147,6 +147,10 @@ int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double
       int cols[3] = {md.colK[t], md.colR[t], md.colO[t]};
       for (int k = 0; k < 3; k++) md.m.col_lb[cols[k]] = md.m.col_ub[cols[k]] = x[cols[k]];
     }
+    for (int t = 0; t < g->ntensors; t++) { /* the homes too: a free home column is not a fixed plan */
+      if (md.colH[t] >= 0) md.m.col_lb[md.colH[t]] = md.m.col_ub[md.colH[t]] = x[md.colH[t]];
+      if (md.colF[t] >= 0) md.m.col_lb[md.colF[t]] = md.m.col_ub[md.colF[t]] = x[md.colF[t]];
+    }
     for (int i = 0; i < md.ncand; i++) md.m.col_lb[md.ycol[i]] = md.m.col_ub[md.ycol[i]] = x[md.ycol[i]];
     MilpOptions mo = {.solver = "glpk", .lp_only = true, .quiet = true};
     MilpResult r = {0};
