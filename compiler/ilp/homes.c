@@ -35,7 +35,7 @@ static void home_terms(Ilp *md, int t, Decision how, const HomeCopies *h, int co
   }
   ilp_term(md, md->grp_first[h->issue[0]], md->grp_comp[last_fwd], &on, bytes);
   ilp_term(md, md->grp_first[h->issue[1]], end, &on, bytes);
-  ilp_early_need(md, t, &on, last_fwd, h->need[1], bytes);
+  ilp_early_need(md, t, &on, last_fwd, h->need[1], h->issue[1], bytes);
 }
 
 /* t homed as `how` has static windows: the step writes it (a device copy

@@ -231,10 +231,11 @@ int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Er
 /* Called by ilp_build, in this order. */
 void ilp_build_memory(Ilp *md);
 void ilp_build_rows(Ilp *md, int64_t budget);
-/* A prefetched copy of t (alive: its condition) needed at op `need` and
- * issued after op `after`: live earlier, from the issue point of a
- * forward consumer's re-run that needs it first (the re-run's op, by Y). */
-void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int64_t bytes);
+/* A prefetched copy of t (alive: its condition) needed at op `need`,
+ * issued at op `issue` (plan_prefetch_issue_after(bytes, need, after)):
+ * live earlier, from the issue point of a forward consumer's re-run that
+ * needs it first (the re-run's op, by Y). */
+void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int issue, int64_t bytes);
 
 /* ------------------------------------------------------------ homes.c */
 

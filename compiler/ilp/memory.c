@@ -43,9 +43,9 @@ static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
   ilp_run_flush(md, run, last, bytes);
 }
 
-void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int64_t bytes) {
+void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int issue, int64_t bytes) {
   const Graph *g = md->g;
-  int issue = plan_prefetch_issue_after(g, md->d, bytes, need, after), minc = need;
+  int minc = need;
   for (int c = 0; c < md->cons_n[t]; c++) {
     int q2 = md->cons[md->cons_first[t] + c];
     if (md->cand_n[q2] && md->cand_t[md->cand_first[q2]] < minc) minc = md->cand_t[md->cand_first[q2]];
@@ -103,7 +103,7 @@ void ilp_build_memory(Ilp *md) {
       int issue_f = plan_prefetch_issue_op(g, md->d, t, f);
       ilp_term(md, md->grp_first[issue_f], md->grp_comp[lr], &o, x->bytes);
       if (lr + 1 < n) extension(md, t, md->grp_first[lr + 1], &o, x->bytes);
-      ilp_early_need(md, t, &o, w, f, x->bytes);
+      ilp_early_need(md, t, &o, w, f, issue_f, x->bytes);
     }
   }
   /* Workspace of every op at its own step. */
