@@ -27,6 +27,7 @@
 #   MODELS, FS, THREADS (kernel threads, default 1) choose the rows.
 set -e
 BUILD=${BUILD:-build/rel}
+. bench/ab_build.sh
 R=bin/ration
 REPS=${1:-6}
 ROUNDS=${2:-12}
@@ -37,15 +38,9 @@ THREADS=${THREADS:-1}
 DEV=budgets/cpu.json
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 field() { grep -o "\"$1\": [^,}]*" "$2" | head -1 | sed 's/.*: //'; }
-sched_id() { basename "$1" | tr -c 'A-Za-z0-9\n' '_'; }
 simulate_ms() { # graph, plan, costs
   $R simulate "$1" "$2" --device $DEV --costs "$3" | sed -n 's/^step_seconds \([0-9.e+-]*\) .*/\1/p' |
     awk '{ printf "%.3f", $1 * 1e3 }'
-}
-ab_build() { # schedule A, schedule B, binary
-  cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -DSCHED_A="ration_schedule_$(sched_id "$1")" \
-    -DSCHED_B="ration_schedule_$(sched_id "$2")" -o "$3" bench/ab_steps.c "$1.sched.c" "$2.sched.c" \
-    "$BUILD/libration.a" -lm -lpthread
 }
 # One row: the graph, the row's name, the plan's base path, its budget.
 row() {

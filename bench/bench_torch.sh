@@ -27,6 +27,7 @@ STEPS=${1:-20}
 AB_ROUNDS=${AB_ROUNDS:-8}
 R=bin/ration
 BUILD=${BUILD:-build/rel}
+. bench/ab_build.sh
 DEV=budgets/cpu.json
 VENV=build/torch-venv
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
@@ -39,14 +40,8 @@ $R model gpt2 --layers 6 --dim 384 --heads 6 --vocab 256 --seq 256 --batch 4 --d
 build() { # schedule base path, binary
   base=$(basename "$1")
   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime -I"$(dirname "$1")" -DSCHED_HEADER="\"$base.sched.h\"" \
-    -DSCHED_ENTRY="ration_schedule_$(echo "$base" | tr -c 'A-Za-z0-9\n' '_')" -o "$2" examples/train.c "$1.sched.c" \
+    -DSCHED_ENTRY="ration_schedule_$(sched_id "$base")" -o "$2" examples/train.c "$1.sched.c" \
     "$BUILD/libration.a" -lm -lpthread
-}
-ab_build() { # schedule A base path, schedule B base path, binary
-  cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iruntime \
-    -DSCHED_A="ration_schedule_$(basename "$1" | tr -c 'A-Za-z0-9\n' '_')" \
-    -DSCHED_B="ration_schedule_$(basename "$2" | tr -c 'A-Za-z0-9\n' '_')" -o "$3" bench/ab_steps.c "$1.sched.c" \
-    "$2.sched.c" "$BUILD/libration.a" -lm -lpthread
 }
 ms() { sed -n 's/^step time: .* measured \([0-9.]*\) ms.*/\1/p'; }
 predicted_ms() { sed -n 's/^step time: predicted \([0-9.]*\) ms.*/\1/p'; }
