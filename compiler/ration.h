@@ -494,6 +494,10 @@ int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision 
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */
 double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec);
+/* The host bytes the ILP's host row counts for a decision vector (each
+ * offloaded tensor and host home, aligned: plan_host_bound's), -1 outside
+ * the model; at least the plan's host arena. */
+int64_t plan_ilp_host_bytes(const Graph *g, const Device *d, const Decision *dec);
 /* The copy stalls (us) of one decision vector by the model's stall rows
  * alone and by its copy queues alone; the rows must be bounds of the
  * queues. With lp_us, also the rows' least stalls by the LP with the
