@@ -14,6 +14,7 @@
 #include "ilp.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The device terms of t homed as `how` (column col), every optimizer op
  * on the device: its bytes off the device at every position, back on in
@@ -186,3 +187,143 @@ int64_t plan_ilp_host_bytes(const Graph *g, const Device *d, const Decision *dec
   return host;
 }
 
+/* ------------------------------------------------------------ the search over homes */
+
+/* How many evaluations the search over homes may spend per decision it
+ * moves (stashed tensors and home columns), as a polish does per stashed
+ * tensor: counted work, so the plan does not depend on the machine. */
+#define HOMES_EVALS_PER_UNIT 16
+
+/* The homes t may take in the model: device, host and, where it has the
+ * column, host-refetch. How many, into alt. */
+static int home_choices(const Ilp *md, int t, Decision *alt) {
+  int n = 0;
+  alt[n++] = DEC_NONE;
+  alt[n++] = DEC_HOST;
+  if (md->colF[t] >= 0) alt[n++] = DEC_HOST_REFETCH;
+  return n;
+}
+
+/* First-improvement descent over single home changes. Whether best
+ * improved. */
+static bool home_moves(const Ilp *md, Candidate *best, int64_t limit, double *x, Decision *cur, long *evals, double deadline) {
+  const Graph *g = md->g;
+  bool improved = false;
+  for (int t = 0; t < g->ntensors && *evals > 0 && util_now() < deadline; t++) {
+    if (md->colH[t] < 0) continue;
+    Decision alt[3];
+    int na = home_choices(md, t, alt);
+    for (int a = 0; a < na && *evals > 0; a++) {
+      if (alt[a] == best->dec[t]) continue;
+      memcpy(cur, best->dec, (size_t)g->ntensors * sizeof *cur);
+      cur[t] = alt[a];
+      double before = best->objective;
+      (*evals)--;
+      ilp_consider(md, best, cur, limit, x);
+      improved |= best->objective < before - 1e-9;
+    }
+  }
+  return improved;
+}
+
+static bool host_within(const Ilp *md, const Decision *dec) { return plan_host_bound(md->g, dec) <= md->host_limit; }
+
+/* The choices unit u (a stashed tensor or a home column) may take in the
+ * model, into alt: how many (0: not a unit). */
+static int unit_choices(const Ilp *md, int u, Decision *alt) {
+  if (md->colH[u] >= 0) return home_choices(md, u, alt);
+  if (md->colK[u] < 0) return 0;
+  int n = 0;
+  alt[n++] = DEC_KEEP;
+  alt[n++] = DEC_RECOMPUTE;
+  if (ilp_offload_allowed(md, u)) alt[n++] = DEC_OFFLOAD;
+  return n;
+}
+
+/* A change that is faster but over the limit (a home back on the device,
+ * its copies gone; a tensor kept instead of recomputed), paid for by one
+ * other change that frees bytes: a kept tensor recomputed or offloaded,
+ * or a home on the device moved to the host. The best such pair that fits
+ * and is faster is taken. Neither change alone pays where the pair does:
+ * one takes the memory the other gives up; the activations' exchanges
+ * (search.c) pay with re-runs and offloads only. Whether best improved. */
+static bool home_exchanges(const Ilp *md, Candidate *best, int64_t limit, double *x, Decision *cur, long *evals,
+                           double deadline) {
+  const Graph *g = md->g;
+  int n = g->ntensors;
+  Decision *top = util_xcalloc((size_t)n + 1, sizeof *top);
+  double top_obj = best->objective;
+  bool found = false;
+  for (int t = 0; top && t < n && *evals > 0 && util_now() < deadline; t++) {
+    Decision alt[3];
+    int na = unit_choices(md, t, alt);
+    for (int a = 0; a < na && *evals > 0; a++) {
+      if (alt[a] == best->dec[t]) continue;
+      memcpy(cur, best->dec, (size_t)n * sizeof *cur);
+      cur[t] = alt[a];
+      int64_t peak;
+      double obj;
+      (*evals)--;
+      /* A gainer: faster, over the limit (what fits was the descent's). */
+      if (ilp_eval_within(md, cur, x, top_obj - 1e-9, INT64_MAX, &peak, &obj) != 1 || peak <= limit) continue;
+      for (int u = 0; u < n && *evals > 0; u++) {
+        Decision pay[3];
+        int np = u == t || (cur[u] != DEC_KEEP && cur[u] != DEC_NONE) ? 0 : unit_choices(md, u, pay);
+        for (int k = 0; k < np && *evals > 0; k++) {
+          if (pay[k] == DEC_NONE || pay[k] == DEC_KEEP) continue;
+          cur[u] = pay[k];
+          int64_t pk;
+          double o;
+          (*evals)--;
+          if (host_within(md, cur) && ilp_eval_within(md, cur, x, top_obj - 1e-9, limit, &pk, &o) == 1) {
+            memcpy(top, cur, (size_t)n * sizeof *top);
+            top_obj = o, found = true;
+          }
+        }
+        cur[u] = best->dec[u];
+      }
+    }
+  }
+  double before = best->objective;
+  if (found) ilp_consider(md, best, top, limit, x);
+  free(top);
+  return best->objective < before - 1e-9;
+}
+
+/* ------------------------------------------------------------ public */
+
+int plan_ilp_homes_search(const Graph *g, const Device *d, int64_t budget, Decision *dec, double deadline) {
+  Ilp md;
+  Err e;
+  if (ilp_build_with_homes(&md, g, d, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return -1;
+  md.host_limit = plan_host_limit(d);
+  int n = g->ntensors, rc = -1;
+  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  Decision *cur = util_xcalloc((size_t)n + 1, sizeof *cur), *bestd = util_xcalloc((size_t)n + 1, sizeof *bestd);
+  Candidate best = {.dec = bestd};
+  if (!x || !cur || !bestd) goto out;
+  ilp_consider(&md, &best, dec, budget, x);
+  rc = 0;
+  if (!best.ok) goto out; /* outside the model (the host optimizer), or over the budget */
+  double start = best.objective;
+  long units = g->nstashed;
+  for (int t = 0; t < n; t++) units += md.colH[t] >= 0;
+  long evals = HOMES_EVALS_PER_UNIT * units;
+  /* The activations' descent and exchanges, then the homes', until
+   * neither finds a faster vector within the budget. */
+  for (bool moved = true; moved && evals > 0 && util_now() < deadline;) {
+    double before = best.objective;
+    ilp_improve(&md, &best, budget, x, deadline, evals, true);
+    evals -= g->nstashed; /* the descent counts its own; its share of the whole */
+    moved = home_moves(&md, &best, budget, x, cur, &evals, deadline) ||
+            home_exchanges(&md, &best, budget, x, cur, &evals, deadline) || best.objective < before - 1e-9;
+  }
+  if (best.objective < start - 1e-9) {
+    memcpy(dec, best.dec, (size_t)n * sizeof *dec);
+    rc = 1;
+  }
+out:
+  free(x), free(cur), free(bestd);
+  ilp_free(&md);
+  return rc;
+}
