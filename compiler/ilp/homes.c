@@ -87,7 +87,7 @@ static int cmp_copy(const void *a, const void *b) {
 static void order_copies(Ilp *md) {
   int n = md->g->nops;
   for (int s = 0; s < 2; s++) {
-    qsort(md->hcopy[s], (size_t)md->nhcopy[s], sizeof(HomeCopy), cmp_copy);
+    if (md->nhcopy[s]) qsort(md->hcopy[s], (size_t)md->nhcopy[s], sizeof(HomeCopy), cmp_copy);
     md->hdue_first[s] = util_xcalloc((size_t)n + 2, sizeof(int));
     md->hdue[s] = util_xcalloc((size_t)md->nhcopy[s] + 1, sizeof(int));
     int *fill = util_xcalloc((size_t)n + 1, sizeof(int));
