@@ -8,17 +8,21 @@
  * compute, the same plan with the optimizer on the host (its twin) is
  * judged too, and only where that is faster is the ilp solved again in
  * the bytes the twin frees. Each candidate plan is built and judged by the
- * simulator and the layout, so the plan returned is exact; its choice is
- * a rule, not yet columns of the ilp (whose objective does not see the
- * homes' copies). Each set of homes is tried with the optimizer on the
- * device and, where the device gives host compute, with every optimizer
- * op whose optimizer state is host-homed on the host: the simulator's
- * faster step wins. On small graphs the simulator then refines the
- * winner one decision, or one optimizer op's homes and place, at a time.
+ * simulator and the layout, so the plan returned is exact. Each set of
+ * homes is tried with the optimizer on the device and, where the device
+ * gives host compute, with every optimizer op whose optimizer state is
+ * host-homed on the host: the simulator's faster step wins. Then the
+ * ilp's search over homes (plan_ilp_homes_search: its model with the
+ * home columns, their copies and their compute share) moves homes and
+ * activations together from the winner (its optimizer ops on the device:
+ * the host optimizer is not a column yet, so where it runs stays this
+ * rule's). On small graphs the simulator then refines the winner one
+ * decision, or one optimizer op's homes and place, at a time.
  */
 #include "ration.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +274,43 @@ static void refine(Search *s) {
   free(units);
 }
 
+/* The ilp's search over homes jointly with the stashed decisions, in its
+ * model with homes (plan_ilp_homes_search), from the best plan so far
+ * with every optimizer op on the device (the model has no column for the
+ * host optimizer yet: its homes stay) and from START where given: each
+ * answer is judged by the simulator and the layout like every candidate;
+ * where its layout overshoots the budget, the search runs again from the
+ * same start with the model's limit lowered by the overshoot (twice at
+ * most). */
+static void model_search(Search *s, const Decision *start) {
+  const Graph *g = s->g;
+  int n = g->ntensors;
+  int64_t budget = s->o->budget_bytes;
+  double deadline = s->o->time_limit > 0 && s->o->deadline > 0 ? s->o->deadline : HUGE_VAL;
+  Decision *from = util_xcalloc((size_t)n + 1, sizeof *from);
+  for (int k = 0; from && k < 2 && s->best_step >= 0; k++) {
+    if (k == 0) {
+      memcpy(from, s->best, (size_t)n * sizeof *from);
+      for (int t = 0; t < n; t++)
+        if (from[t] == DEC_HOST_OPTIMIZER) from[t] = DEC_NONE;
+    } else if (start) {
+      memcpy(from, start, (size_t)n * sizeof *from);
+    } else {
+      break;
+    }
+    int64_t limit = budget;
+    for (int round = 0; round < 3 && !plan_past_deadline(s->o); round++) {
+      memcpy(s->alt, from, (size_t)n * sizeof *s->alt);
+      if (plan_ilp_homes_search(g, s->d, limit, s->alt, deadline) != 1) break;
+      double before = s->best_step;
+      int64_t arena = consider(s, s->alt, &s->si, false);
+      if (arena <= budget || s->best_step != before) break;
+      limit -= arena - budget;
+    }
+  }
+  free(from);
+}
+
 /* The first K candidates host-homed: the ilp is given ACT_BUDGET for the
  * activations, less what the plan then overshoots the budget by, up to
  * three times while above LOWEST. Whether it stopped on a plan that fits
@@ -428,6 +469,11 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     if (s.best_step < 0) goto out;
     double twin_step = s.best_step;
     bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
+    /* On small graphs, also the ilp's search over homes: homes that free
+     * bytes for fewer re-runs can beat the device plan. */
+    int *units = util_xcalloc((size_t)HOMES_REFINE_MAX, sizeof *units);
+    if (units && refine_units(g, d, units) >= 0) model_search(&s, dec);
+    free(units);
     refine(&s);
     if (!twin_won && s.best_step == twin_step) goto out;
   } else {
@@ -456,6 +502,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
       if (reach > 0) refuse(g, d, o, reach, e);
       goto out;
     }
+    model_search(&s, NULL);
     refine(&s);
   }
   memcpy(dec, s.best, (size_t)n * sizeof *dec);

@@ -494,6 +494,18 @@ int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision 
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */
 double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec);
+/* The host bytes the ILP's host row counts for a decision vector (each
+ * offloaded tensor and host home, aligned: plan_host_bound's), -1 outside
+ * the model; at least the plan's host arena. */
+int64_t plan_ilp_host_bytes(const Graph *g, const Device *d, const Decision *dec);
+/* The ilp's search over host homes (host, host-refetch) jointly with the
+ * stashed decisions, judged by the model with homes (compiler/ilp/homes.c):
+ * from dec (every optimizer op on the device), single changes and
+ * exchanges within budget and host memory, in counted evaluations (and
+ * until deadline, CLOCK_MONOTONIC seconds). 1 when it found a vector the
+ * model times faster (written to dec), 0 when not (dec outside the model
+ * or over the budget included), -1 out of memory. */
+int plan_ilp_homes_search(const Graph *g, const Device *d, int64_t budget, Decision *dec, double deadline);
 /* The copy stalls (us) of one decision vector by the model's stall rows
  * alone and by its copy queues alone; the rows must be bounds of the
  * queues. With lp_us, also the rows' least stalls by the LP with the

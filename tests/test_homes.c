@@ -135,13 +135,22 @@ int main(void) {
   T_CASE("the ilp alone has a smallest budget") T_CHECKF(least > optstate, "%s", e.msg);
   o.budget_bytes = least - optstate / 4;
   Plan *p = plan_make(g, d, &o, &e);
-  T_CASE("below it: some optimizer state host-homed, the plan within the budget and valid") {
+  T_CASE("below it: homes, the plan within the budget, valid, and no slower than every optimizer state homed") {
     T_CHECKF(p != NULL, "%s", e.msg);
     T_CHECK(p && count_homes(p, g) > 0 && p->arena_bytes <= o.budget_bytes && sim_check(p, g, &e) == 0);
-    for (int t = 0; p && t < g->ntensors; t++)
-      if (p->decisions[t] == DEC_HOST || p->decisions[t] == DEC_HOST_REFETCH)
-        T_CHECKF(g->tensors[t].kind == KIND_OPTSTATE, "%s (%s) host-homed before all optimizer state", g->tensors[t].name,
-                 graph_kind_name(g->tensors[t].kind));
+    /* The rule's prefixes home every optimizer state before any param;
+     * the ilp's search over homes (plan_ilp_homes_search) may home a
+     * param instead of some state where the simulator says that is
+     * faster: never slower than the plan with the same activations and
+     * every optimizer state homed (here 217.4 us against 241.8). */
+    Decision *all_state = p ? malloc((size_t)g->ntensors * sizeof *all_state) : NULL;
+    for (int t = 0; all_state && t < g->ntensors; t++)
+      all_state[t] = g->tensors[t].kind == KIND_OPTSTATE ? DEC_HOST : graph_is_resident(&g->tensors[t]) ? DEC_NONE : p->decisions[t];
+    Plan *q = all_state ? plan_from_decisions(g, d, all_state, &e) : NULL;
+    T_CHECKF(!p || (q && (!plan_fits(q, d, o.budget_bytes) || p->predicted.step_seconds <= q->predicted.step_seconds)),
+             "%.9g s, every optimizer state homed %.9g s", p ? p->predicted.step_seconds : 0, q ? q->predicted.step_seconds : 0);
+    plan_free(q);
+    free(all_state);
   }
   plan_free(p);
   /* The same budget on a device with host compute: the optimizer goes to

@@ -98,6 +98,18 @@ typedef struct Fifo {
   double cap;
 } Fifo;
 
+/* One copy a host home adds on a copy stream (homes.c): stream 1 a
+ * window's prefetch from the home, stream 0 the copy back after the last
+ * write; issued at op `issue` (stream 1: at the start of its group; 0:
+ * after it) and due at op `due` (1: in its prelude; 0: after it), as
+ * plan_home_copies places them. `refetch`: host-refetch's second window,
+ * which host does not have. */
+typedef struct HomeCopy {
+  int t, issue, due;
+  bool refetch;
+  double us;
+} HomeCopy;
+
 typedef struct Ilp {
   const Graph *g;
   const Device *d;
@@ -107,6 +119,9 @@ typedef struct Ilp {
   int *colK, *colR, *colO; /* per tensor, -1 */
   int *colH, *colF;         /* per resident tensor: host home, host-refetch home (homes.c), -1 */
   bool homes;               /* the home columns are built (ilp_build_with_homes) */
+  HomeCopy *hcopy[2];       /* per stream, the home copies in queue order (issue op, due op, tensor, window) */
+  int nhcopy[2];
+  int *hdue_first[2], *hdue[2]; /* per stream and op b: the indices into hcopy due at b */
   int *cand_first, *cand_n; /* per op, into cand_t / ycol */
   int *cand_t, *ycol, ncand;
   int npos;
@@ -247,6 +262,9 @@ void ilp_build_homes(Ilp *md);
  * for a home the model has no column for (the host optimizer included).
  * A solve's model (no home columns) reads every home as the device's. */
 int ilp_eval_homes(const Ilp *md, const Decision *dec, double *x);
+/* The host row's bytes at x: every offloaded tensor and host home, its
+ * bytes aligned (plan_host_share). */
+int64_t ilp_host_bytes(const Ilp *md, const double *x);
 
 /* ------------------------------------------------------------ stalls.c */
 

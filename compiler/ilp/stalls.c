@@ -339,21 +339,86 @@ static void offloaded_free(Offloaded *o) {
   for (int s = 0; s < 2; s++) free(o->due_first[s]), free(o->due[s]), free(o->queued_first[s]), free(o->queued_us[s]);
 }
 
+/* The copy streams as they run one decision vector: each stream's next
+ * queue position among the offloaded activations and among the home
+ * copies, when it is done with its queue so far, each copy's finish, and
+ * the compute the copies issued so far took (copy_compute_share, charged
+ * at each copy's issue as sim.c does: it moves every later op). */
+typedef struct Streams {
+  int next[2], hnext[2];
+  double busy[2], shift;
+  double *finish;     /* per stream and tensor: the offloaded activations' copies */
+  double *hfinish[2]; /* per stream and home copy */
+} Streams;
+
+static bool home_copy_on(const HomeCopy *c, const Decision *dec) {
+  return dec[c->t] == DEC_HOST_REFETCH || (dec[c->t] == DEC_HOST && !c->refetch);
+}
+
+/* Runs stream s's copies issued at op b, v the stalls so far: the
+ * offloaded activations' and the homes' merged by due op, the activations
+ * first among equals (as the builder lists them before the homes' and
+ * queues them by deadline, stably); each starts once the stream is free
+ * and the compute stream has reached its issue, a prefetch also after its
+ * own offload. */
+static void issue_copies(const Ilp *md, const Decision *dec, int s, int b, double v, Streams *st) {
+  int nt = md->g->ntensors;
+  const int *fifo = md->fifo[s];
+  const HomeCopy *hc = md->hcopy[s];
+  for (;;) {
+    bool act = st->next[s] < md->nfifo[s] && ilp_issue_op(md, s, fifo[st->next[s]]) == b;
+    bool home = st->hnext[s] < md->nhcopy[s] && hc[st->hnext[s]].issue == b;
+    if (!act && !home) return;
+    if (act && home && ilp_due_op(md, s, fifo[st->next[s]]) > hc[st->hnext[s]].due) act = false;
+    double start = fmax(st->busy[s], issue_time(md, s, b) + v + st->shift), us, *fin;
+    if (act) {
+      int t = fifo[st->next[s]++];
+      if (dec[t] != DEC_OFFLOAD) continue;
+      if (s) start = fmax(start, st->finish[t]);
+      us = md->copy_us[s][t], fin = &st->finish[s * nt + t];
+    } else {
+      const HomeCopy *c = &hc[st->hnext[s]++];
+      if (!home_copy_on(c, dec)) continue;
+      us = c->us, fin = &st->hfinish[s][c - hc];
+    }
+    *fin = st->busy[s] = start + us;
+    st->shift += md->d->copy_compute_share * us;
+  }
+}
+
+/* v raised to the lateness of stream s's copies due at op b. */
+static double wait_copies(const Ilp *md, const Decision *dec, const Offloaded *off, int s, int b, double v,
+                          const Streams *st) {
+  int nt = md->g->ntensors;
+  double at = due_time(md, s, b) + st->shift;
+  for (int k = off->due_first[s][b]; k < off->due_first[s][b + 1]; k++) v = fmax(v, st->finish[s * nt + off->due[s][k]] - at);
+  for (int k = md->hdue_first[s][b]; k < md->hdue_first[s][b + 1]; k++) {
+    const HomeCopy *c = &md->hcopy[s][md->hdue[s][k]];
+    if (home_copy_on(c, dec)) v = fmax(v, st->hfinish[s][md->hdue[s][k]] - at);
+  }
+  return v;
+}
+
 /* Q for one decision vector: the least the rows allow (windows, round
  * trips and queue rows, each a bound of the FIFO streams), raised to what
- * the streams actually do: each runs its copies in queue order, a prefetch
- * also waits for its own offload, and an offloaded copy's lateness at its
- * due op is a stall there. The rows are bounds, so the stalls the model
- * reports for a plan are the queues' own (docs/PLANNING.md 4). parts
- * selects the rows, the queues or both (the test hook compares the two). */
+ * the streams actually do: each runs its copies in queue order (the host
+ * homes' copies among the offloaded activations'), a prefetch also waits
+ * for its own offload, a copy's lateness at its due op is a stall there,
+ * and each copy's share of the compute stream (copy_compute_share) moves
+ * every later op. The rows are bounds, so the stalls the model reports
+ * for a plan are the queues' own (docs/PLANNING.md 4); where copies take a
+ * share of the compute stream the rows, which leave it out, are not
+ * bounds of the queues and only the queues count. parts selects the rows,
+ * the queues or both (the test hook compares the two). */
 void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
   const Graph *g = md->g;
   int n = g->nops, nt = g->ntensors;
   if (!md->col_q) return;
   double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *finish = util_xcalloc(2 * (size_t)nt + 1, sizeof(double));
+  double *hfinish = util_xcalloc((size_t)(md->nhcopy[0] + md->nhcopy[1]) + 1, sizeof(double));
   Offloaded off = {0};
-  if (!q || !finish || !offloaded_of(md, dec, &off)) {
-    free(q), free(finish), offloaded_free(&off);
+  if (!q || !finish || !hfinish || !offloaded_of(md, dec, &off)) {
+    free(q), free(finish), free(hfinish), offloaded_free(&off);
     return;
   }
   /* The running sums C of each window start, then Q[b] as the largest
@@ -369,22 +434,16 @@ void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
     }
     x[w->col] = cval;
   }
-  int next[2] = {0, 0};
-  double busy[2] = {0, 0}; /* when each stream is done with its queue so far */
+  /* In step order within op b: prefetches issued, prefetches waited for
+   * (its prelude), the op, offloads issued, offloads waited for. */
+  Streams st = {.finish = finish, .hfinish = {hfinish, hfinish + md->nhcopy[0]}};
   for (int b = 0; b < n; b++) {
     double v = b ? q[b - 1] : 0;
-    for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
-      for (; next[stream] < md->nfifo[stream] && ilp_issue_op(md, stream, md->fifo[stream][next[stream]]) == b; next[stream]++) {
-        int t = md->fifo[stream][next[stream]];
-        if (dec[t] != DEC_OFFLOAD) continue;
-        double start = fmax(busy[stream], issue_time(md, stream, b) + v);
-        if (stream) start = fmax(start, finish[t]);
-        finish[stream * nt + t] = busy[stream] = start + md->copy_us[stream][t];
-      }
-    for (int stream = 0; stream < 2 && (parts & STALL_QUEUES); stream++)
-      for (int k = off.due_first[stream][b]; k < off.due_first[stream][b + 1]; k++)
-        v = fmax(v, finish[stream * nt + off.due[stream][k]] - due_time(md, stream, b));
-    if (!(parts & STALL_ROWS)) {
+    for (int s = 1; s >= 0 && (parts & STALL_QUEUES); s--) {
+      issue_copies(md, dec, s, b, v, &st);
+      v = wait_copies(md, dec, &off, s, b, v, &st);
+    }
+    if (!(parts & STALL_ROWS) || ((parts & STALL_QUEUES) && md->d->copy_compute_share > 0)) {
       q[b] = x[md->col_q[b]] = v;
       continue;
     }
@@ -411,5 +470,5 @@ void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
     q[b] = v;
     x[md->col_q[b]] = v;
   }
-  free(q), free(finish), offloaded_free(&off);
+  free(q), free(finish), free(hfinish), offloaded_free(&off);
 }
