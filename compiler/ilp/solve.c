@@ -472,9 +472,23 @@ static double compute_us(const Graph *g, const Device *d) {
   return us;
 }
 
-static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
+/* DEC's plan, laid out and simulated, or NULL where its arena cannot be
+ * at most CAP (its layout's lower bound is over it: the layout's search,
+ * most of a plan's build near the smallest budget, is skipped) or on
+ * error. The changes judged by the simulator below keep only plans within
+ * a cap, so this gives them the same answers. */
+static Plan *plan_within(const Graph *g, const Device *d, const Decision *dec, int64_t cap) {
   Err e;
-  Plan *p = plan_from_decisions(g, d, dec, &e);
+  Plan *p = plan_schedule_decisions(g, d, dec, &e);
+  if (p && (layout_device_lower_bound(p, g) > cap || plan_finish(p, g, d, &e))) {
+    plan_free(p);
+    p = NULL;
+  }
+  return p;
+}
+
+static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
+  Plan *p = plan_within(g, d, dec, budget);
   bool ok = p && plan_fits(p, d, budget);
   if (ok) *step = p->predicted.step_seconds;
   plan_free(p);
@@ -501,8 +515,7 @@ static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Dec
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
         if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
-        Err e;
-        Plan *p = plan_from_decisions(g, d, dec, &e);
+        Plan *p = plan_within(g, d, dec, arena - 1);
         if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) arena = p->arena_bytes, moved = true;
         else dec[t] = was;
         plan_free(p);
