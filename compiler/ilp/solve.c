@@ -227,7 +227,7 @@ static int stashed_with(const Graph *g, const Decision *dec, Decision which) {
  * fits, where the MILP's seconds would buy bytes nobody asked for; and a
  * fragmentation round after the relaxation did not finish, as its tightened
  * rows would not let it finish either. */
-enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2 };
+enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2, GOAL_NO_PROOF = 4 };
 
 /* 0: solved (best->ok when something fits; *relaxed when the LP
  * relaxation finished); 1: no start fits the limit, so there is nothing to
@@ -346,7 +346,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
-                    .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH,
+                    .separate = goal & GOAL_NO_PROOF ? NULL : ilp_separate, .separate_ctx = &md,
+                    .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH,
                     .dive_gap = goal & GOAL_MEMORY ? 0 : ILP_DIVE_GAP,
                     .dt_iterations = goal & GOAL_MEMORY && cheap_tree ? (long)fmax(1, ILP_DT_SHARE * tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
@@ -648,7 +649,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (round > 0 && out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
-    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
+    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : round > 0 ? GOAL_TIME | GOAL_NO_PROOF : GOAL_TIME;
     bool rel = false;
     /* Later rounds get less of the tree: each excludes one plan from the
      * last round's problem and re-proves much of it (llama-tiny at f = 0.2:
