@@ -191,7 +191,7 @@ static int plan_host_optimizer_unmet(const Graph *g, const Device *d, const Deci
   return 0;
 }
 
-Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e) {
+Plan *plan_schedule_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e) {
   Plan *p = plan_new(g);
   if (!p) {
     err_set(e, "%s: out of memory", g->path);
@@ -223,7 +223,16 @@ Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, 
     }
     p->decisions[t] = dec[t];
   }
-  if (plan_build_schedule(p, g, d, e) || plan_finish(p, g, d, e)) {
+  if (plan_build_schedule(p, g, d, e)) {
+    plan_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e) {
+  Plan *p = plan_schedule_decisions(g, d, dec, e);
+  if (p && plan_finish(p, g, d, e)) {
     plan_free(p);
     return NULL;
   }

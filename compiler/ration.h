@@ -392,6 +392,10 @@ int layout_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, 
  * sizes less the largest padding among them (the highest needs none);
  * -1 out of memory. */
 int64_t layout_lower_bound(const LayoutItem *items, int n, int64_t align);
+/* layout_lower_bound of a built plan's device arena (offsets not needed):
+ * a plan whose arena must stay within a cap is over it, without a
+ * layout's search, when this is; -1 out of memory. */
+int64_t layout_device_lower_bound(const Plan *p, const Graph *g);
 
 /* ----------------------------------------------------------------- sim */
 
@@ -534,6 +538,9 @@ int plan_ilp_pair_step(const Graph *g, const Device *d, int64_t budget, const De
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */
 Plan *plan_from_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
+/* The same built up to its schedule: offsets unassigned, predicted unset
+ * (plan_finish completes it). */
+Plan *plan_schedule_decisions(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* A built plan's layout and simulation, filling predicted. */
 int plan_finish(Plan *p, const Graph *g, const Device *d, Err *e);
 /* Runs a strategy end to end and checks the result against the budget

@@ -108,7 +108,9 @@ int main(void) {
    * 61,440 bytes over the budget. With what fits polished before each
    * round's stopping test, the rounds against fragmentation stop at a plan
    * 2.16% above the bound after 27,686 simplex iterations (9 rounds);
-   * before, 23 rounds and 66,572 iterations ended 2.40% above it. */
+   * before, 23 rounds and 66,572 iterations ended 2.40% above it. With no
+   * proof tree in the rounds after the first (their bounds are reported
+   * nowhere), the same plan after 24,809. */
   Device *h100 = device_load("budgets/h100-sxm-80g.json", &e);
   Graph *cond256 = h100 ? graph_load("tests/data/cond-256.json", &e) : NULL;
   T_CASE("cond at dim 256, smallest budget: within the budget, nearer the bound, in fewer rounds") {
@@ -128,7 +130,7 @@ int main(void) {
       T_CHECKF(p->solver.gap < 0.022, "gap %.4f", p->solver.gap);
       T_CHECKF(fabs(p->solver.gap - (p->solver.objective - p->solver.bound) / p->solver.objective) <= 1e-9,
                "gap %.9g, objective %.9g, bound %.9g", p->solver.gap, p->solver.objective, p->solver.bound);
-      T_CHECKF(p->solver.simplex_iterations <= 40000, "%lld simplex iterations", (long long)p->solver.simplex_iterations);
+      T_CHECKF(p->solver.simplex_iterations <= 26000, "%lld simplex iterations", (long long)p->solver.simplex_iterations);
     }
     plan_free(p);
   }

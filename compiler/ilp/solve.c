@@ -227,7 +227,7 @@ static int stashed_with(const Graph *g, const Decision *dec, Decision which) {
  * fits, where the MILP's seconds would buy bytes nobody asked for; and a
  * fragmentation round after the relaxation did not finish, as its tightened
  * rows would not let it finish either. */
-enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2 };
+enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2, GOAL_NO_PROOF = 4 };
 
 /* 0: solved (best->ok when something fits; *relaxed when the LP
  * relaxation finished); 1: no start fits the limit, so there is nothing to
@@ -346,7 +346,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
-                    .separate = ilp_separate, .separate_ctx = &md, .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH,
+                    .separate = goal & GOAL_NO_PROOF ? NULL : ilp_separate, .separate_ctx = &md,
+                    .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH,
                     .dive_gap = goal & GOAL_MEMORY ? 0 : ILP_DIVE_GAP,
                     .dt_iterations = goal & GOAL_MEMORY && cheap_tree ? (long)fmax(1, ILP_DT_SHARE * tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
@@ -472,9 +473,23 @@ static double compute_us(const Graph *g, const Device *d) {
   return us;
 }
 
-static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
+/* DEC's plan, laid out and simulated, or NULL where its arena cannot be
+ * at most CAP (its layout's lower bound is over it: the layout's search,
+ * most of a plan's build near the smallest budget, is skipped) or on
+ * error. The changes judged by the simulator below keep only plans within
+ * a cap, so this gives them the same answers. */
+static Plan *plan_within(const Graph *g, const Device *d, const Decision *dec, int64_t cap) {
   Err e;
-  Plan *p = plan_from_decisions(g, d, dec, &e);
+  Plan *p = plan_schedule_decisions(g, d, dec, &e);
+  if (p && (layout_device_lower_bound(p, g) > cap || plan_finish(p, g, d, &e))) {
+    plan_free(p);
+    p = NULL;
+  }
+  return p;
+}
+
+static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
+  Plan *p = plan_within(g, d, dec, budget);
   bool ok = p && plan_fits(p, d, budget);
   if (ok) *step = p->predicted.step_seconds;
   plan_free(p);
@@ -501,8 +516,7 @@ static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Dec
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
         if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
-        Err e;
-        Plan *p = plan_from_decisions(g, d, dec, &e);
+        Plan *p = plan_within(g, d, dec, arena - 1);
         if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) arena = p->arena_bytes, moved = true;
         else dec[t] = was;
         plan_free(p);
@@ -635,7 +649,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (round > 0 && out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
-    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : GOAL_TIME;
+    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : round > 0 ? GOAL_TIME | GOAL_NO_PROOF : GOAL_TIME;
     bool rel = false;
     /* Later rounds get less of the tree: each excludes one plan from the
      * last round's problem and re-proves much of it (llama-tiny at f = 0.2:
