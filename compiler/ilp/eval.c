@@ -337,7 +337,7 @@ static int64_t query_peak(const Ilp *md, EvalCache *c) {
 static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, double obj_cap, int64_t peak_cap,
                  int64_t *peak, double *obj) {
   const Graph *g = md->g;
-  bool offloads_moved = false;
+  bool offloads_moved = false, offloads_grew = true;
   int rc = -1;
   if (c->nchanged && plan_family_positions(g, dec, c->rerun_q, c->need)) return -1;
   for (int i = 0; i < c->nchanged; i++) {
@@ -346,6 +346,7 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
     set_col(c, md->colR[t], dec[t] == DEC_RECOMPUTE);
     set_col(c, md->colO[t], dec[t] == DEC_OFFLOAD);
     offloads_moved |= (dec[t] == DEC_OFFLOAD) != (c->dec[t] == DEC_OFFLOAD);
+    offloads_grew &= dec[t] == DEC_OFFLOAD || c->dec[t] != DEC_OFFLOAD;
   }
   for (int q = 0; c->nchanged && q < g->nops; q++) {
     int r = c->rerun_q[q];
@@ -366,12 +367,19 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
   rc = 0;
   if (*peak > peak_cap) goto out;
   if (obj) {
-    /* The stalls enter the objective through the last op's Q alone. */
-    if (offloads_moved && md->col_q) {
-      ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
-      set_col(c, md->col_q[g->nops - 1], x[md->col_q[g->nops - 1]]);
-    }
     if (md->peak_col >= 0) set_col(c, md->peak_col, (double)*peak / ILP_UNIT);
+    /* The stalls enter the objective through the last op's Q alone, which
+     * only grows with the set of offloaded tensors (every copy delays the
+     * others, every window sum grows): at least the base's where the set
+     * grew, else at least 0. A vector already at the cap by that bound is
+     * at it (rounding is monotone). */
+    int last = md->col_q ? md->col_q[g->nops - 1] : -1;
+    if (offloads_moved && last >= 0) {
+      if (!offloads_grew) set_col(c, last, 0);
+      if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
+      ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
+      set_col(c, last, x[last]);
+    }
     if (c->failed) {
       rc = -1;
       goto out;
