@@ -337,9 +337,16 @@ static int64_t query_peak(const Ilp *md, EvalCache *c) {
 static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, double obj_cap, int64_t peak_cap,
                  int64_t *peak, double *obj) {
   const Graph *g = md->g;
-  bool offloads_moved = false, offloads_grew = true;
+  bool offloads_moved = false, offloads_grew = true, reruns_moved = false;
   int rc = -1;
-  if (c->nchanged && plan_family_positions(g, dec, c->rerun_q, c->need)) return -1;
+  for (int i = 0; i < c->nchanged; i++) {
+    int t = c->changed[i];
+    if (dec[t] != DEC_KEEP && dec[t] != DEC_RECOMPUTE && dec[t] != DEC_OFFLOAD) return -1;
+    reruns_moved |= (dec[t] == DEC_RECOMPUTE) != (c->dec[t] == DEC_RECOMPUTE);
+  }
+  /* The re-runs follow the recomputed set alone (a kept or offloaded
+   * tensor never demands one: plan_family_positions). */
+  if (reruns_moved && plan_family_positions(g, dec, c->rerun_q, c->need)) return -1;
   for (int i = 0; i < c->nchanged; i++) {
     int t = c->changed[i];
     set_col(c, md->colK[t], dec[t] == DEC_KEEP);
@@ -348,7 +355,7 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
     offloads_moved |= (dec[t] == DEC_OFFLOAD) != (c->dec[t] == DEC_OFFLOAD);
     offloads_grew &= dec[t] == DEC_OFFLOAD || c->dec[t] != DEC_OFFLOAD;
   }
-  for (int q = 0; c->nchanged && q < g->nops; q++) {
+  for (int q = 0; reruns_moved && q < g->nops; q++) {
     int r = c->rerun_q[q];
     if (r == c->rerun[q]) continue;
     if (r >= 0) {
