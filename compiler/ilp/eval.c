@@ -315,7 +315,7 @@ static int cmp_delta(const void *a, const void *b) {
 /* The query's peak: the base's live bytes plus the running sum of the
  * deltas, constant between two delta positions. */
 static int64_t query_peak(const Ilp *md, EvalCache *c) {
-  qsort(c->delta, (size_t)c->ndelta, sizeof(LiveDelta), cmp_delta);
+  if (c->ndelta > 1) qsort(c->delta, (size_t)c->ndelta, sizeof(LiveDelta), cmp_delta);
   int64_t best = INT64_MIN, shift = 0;
   int from = 0;
   for (int i = 0; i < c->ndelta;) {
