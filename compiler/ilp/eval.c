@@ -120,9 +120,8 @@ struct EvalCache {
   int *lg;                             /* floor(log2(n)) for n <= npos */
   Decision *dec;                       /* the base */
   double *x;                           /* its columns, the query's while one runs (undone after) */
-  int *rerun, *need, *rerun_q;         /* its re-run positions, the query's, scratch */
+  int *rerun, *rerun_q, *need;         /* its re-run positions, the query's, scratch of need_op */
   int64_t *live, *range_max;           /* its live bytes; range_max[k * npos + p]: the most over [p, p + 2^k) */
-  int64_t peak;
   int *changed, nchanged;              /* the query's tensors that differ from the base */
   Undo *undo;                          /* the query's column changes, to undo */
   int nundo, cap_undo;
@@ -235,7 +234,7 @@ static int rebase(const Ilp *md, EvalCache *c, const Decision *dec) {
   c->based = false;
   if (eval_decisions(md, dec, c->x, c->rerun, c->need)) return -1;
   ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, c->x);
-  c->peak = eval_peak(md, c->x, INT64_MAX, c->live);
+  eval_peak(md, c->x, INT64_MAX, c->live);
   build_range_max(md, c);
   memcpy(c->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
   c->based = true;
