@@ -92,6 +92,34 @@ static void check_model_exact(const Graph *g, const Device *d, int n, unsigned s
   free(dec);
 }
 
+/* A descent's sequence of vectors: trials one to three decisions away
+ * from the current vector, one in four taken as the next current (so the
+ * vectors drift from any base), one in twenty a fresh random vector: the
+ * incremental evaluation answers each exactly as the whole one, in the
+ * time model and the memory-minimizing one. */
+static void check_eval_incremental(const Graph *g, const Device *d, int n, unsigned seed) {
+  size_t nt = (size_t)g->ntensors;
+  Decision *decs = calloc((size_t)n * nt + 1, sizeof *decs), *cur = calloc(nt + 1, sizeof *cur);
+  srand(seed);
+  for (int it = 0; it < n; it++) {
+    Decision *v = decs + (size_t)it * nt;
+    bool fresh = it == 0 || rand() % 20 == 0;
+    for (size_t t = 0; fresh && t < nt; t++) cur[t] = DEC_NONE;
+    for (int i = 0; fresh && i < g->nstashed; i++) cur[g->stashed[i]] = (Decision)(rand() % 3);
+    memcpy(v, cur, nt * sizeof *v);
+    for (int k = 1 + rand() % 3; !fresh && k > 0; k--) v[g->stashed[rand() % g->nstashed]] = (Decision)(rand() % 3);
+    if (rand() % 4 == 0) memcpy(cur, v, nt * sizeof *v);
+  }
+  for (int min_memory = 0; min_memory < 2; min_memory++) {
+    Err e;
+    int differ = -1;
+    T_CHECKF(plan_ilp_eval_check(g, d, min_memory, decs, n, &differ, &e) == 0, "%s: %s", g->name, e.msg);
+    T_CHECKF(differ == 0, "%s%s: %d of %d vectors evaluated incrementally differ", g->name,
+             min_memory ? " (memory model)" : "", differ, n);
+  }
+  free(decs), free(cur);
+}
+
 /* Random decision vectors with params and optimizer state host-homed
  * (host or host-refetch where allowed; the optimizer on the device): the
  * model's peak, with its home columns, is the simulator's; and some
@@ -348,6 +376,7 @@ int main(void) {
       check_objective_homes(g, h100, 25, 51 + (unsigned)i);
       check_objective_homes(g, slow, 25, 61 + (unsigned)i);
     }
+    T_CASE("incremental evaluation == whole evaluation over random move sequences") check_eval_incremental(g, h100, 300, 51 + (unsigned)i);
     T_CASE("stall rows never exceed the copy queues, random decisions") check_stall_rows(g, h100, 40, true, 21 + (unsigned)i);
     T_CASE("the tree's cuts cut their point off and hold at every vector that fits") {
       int64_t m, k;

@@ -12,14 +12,13 @@
 #include <string.h>
 
 /* The decision columns and the re-run columns Y of one decision vector,
- * every other column 0. -1 when the decisions re-run an op outside its
- * candidates (cannot happen for the full candidate sets) or are
- * incomplete. */
-static int eval_decisions(const Ilp *md, const Decision *dec, double *x) {
+ * every other column 0; rerun and need (nops and ntensors) get
+ * plan_family_positions' answer. -1 when the decisions re-run an op
+ * outside its candidates (cannot happen for the full candidate sets) or
+ * are incomplete. */
+static int eval_decisions(const Ilp *md, const Decision *dec, double *x, int *rerun, int *need) {
   const Graph *g = md->g;
-  int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
-  int rc = -1;
-  if (!rerun || !need || plan_family_positions(g, dec, rerun, need)) goto out;
+  if (plan_family_positions(g, dec, rerun, need)) return -1;
   memset(x, 0, (size_t)md->m.ncols * sizeof(double));
   for (int t = 0; t < g->ntensors; t++) {
     if (md->colK[t] < 0) continue;
@@ -27,45 +26,44 @@ static int eval_decisions(const Ilp *md, const Decision *dec, double *x) {
     x[md->colR[t]] = dec[t] == DEC_RECOMPUTE;
     x[md->colO[t]] = dec[t] == DEC_OFFLOAD;
   }
-  if (ilp_eval_homes(md, dec, x)) goto out;
+  if (ilp_eval_homes(md, dec, x)) return -1;
   for (int q = 0; q < g->nops; q++) {
     if (rerun[q] >= 0) {
       int c = ilp_cand_le(md, q, rerun[q]);
-      if (c < 0 || md->cand_t[md->cand_first[q] + c] != rerun[q]) goto out;
+      if (c < 0 || md->cand_t[md->cand_first[q] + c] != rerun[q]) return -1;
     }
     for (int c = 0; c < md->cand_n[q]; c++)
       x[md->ycol[md->cand_first[q] + c]] = rerun[q] >= 0 && rerun[q] <= md->cand_t[md->cand_first[q] + c];
   }
-  rc = 0;
-out:
-  free(rerun);
-  free(need);
-  return rc;
+  return 0;
+}
+
+/* A product column's value: every factor is 0 or 1 here, so an AND ends
+ * at its first 0 and an OR at its first 1. */
+static bool prod_value(const Ilp *md, const Prod *pr, const double *x) {
+  bool and = pr->nf > 0, v = and;
+  for (int f = pr->first, end = f + (and ? pr->nf : -pr->nf); f < end && v == and; f++) {
+    double sum = md->fac_k[f];
+    for (int j = md->fac_first[f]; j < md->fac_first[f + 1]; j++) sum += md->fac_c[j] * x[md->fac_col[j]];
+    v = sum > 0.5;
+  }
+  return v;
 }
 
 /* The product columns, then the running sum M[p] of the memory rows and
  * their peak; the sum stops as soon as it is over cap (the peak then is
  * only known to be over it). Products in creation order: factors only use
- * earlier columns. Every factor is 0 or 1 here, so an AND ends at its
- * first 0 and an OR at its first 1 (the descent's evaluations are most of
- * a solve's time). */
-static int64_t eval_peak(const Ilp *md, double *x, int64_t cap) {
-  for (int i = 0; i < md->nprod; i++) {
-    const Prod *pr = &md->prod[i];
-    bool and = pr->nf > 0, v = and;
-    for (int f = pr->first, end = f + (and ? pr->nf : -pr->nf); f < end && v == and; f++) {
-      double sum = md->fac_k[f];
-      for (int j = md->fac_first[f]; j < md->fac_first[f + 1]; j++) sum += md->fac_c[j] * x[md->fac_col[j]];
-      v = sum > 0.5;
-    }
-    x[pr->col] = v;
-  }
+ * earlier columns. live (npos, or NULL) gets each position's live bytes
+ * when the sum runs to the end. */
+static int64_t eval_peak(const Ilp *md, double *x, int64_t cap, int64_t *live_at) {
+  for (int i = 0; i < md->nprod; i++) x[md->prod[i].col] = prod_value(md, &md->prod[i], x);
   int64_t live = 0, best = INT64_MIN;
   for (int p = 0; p < md->npos; p++) {
     live += md->pos_const[p];
     /* Without a branch: x is 0 or 1, so which way it goes is a coin flip. */
     for (int e = md->pos_ev_first[p]; e < md->pos_ev_first[p + 1]; e++) live += md->pev_bytes[e] & -(int64_t)(x[md->pev_col[e]] > 0.5);
     x[md->mcol[p]] = (double)live / ILP_UNIT;
+    if (live_at) live_at[p] = live;
     if (live > best) best = live;
     if (best > cap) return best;
   }
@@ -76,24 +74,339 @@ static int64_t eval_peak(const Ilp *md, double *x, int64_t cap) {
 /* Every column's value for one decision vector, and the peak of the rows;
  * -1 as eval_decisions. */
 int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
-  if (eval_decisions(md, dec, x)) return -1;
+  const Graph *g = md->g;
+  int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
+  int rc = !rerun || !need || eval_decisions(md, dec, x, rerun, need) ? -1 : 0;
+  free(rerun), free(need);
+  if (rc) return -1;
   ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
-  *peak = eval_peak(md, x, INT64_MAX);
+  *peak = eval_peak(md, x, INT64_MAX, NULL);
   return 0;
+}
+
+/* ------------------------------------------------------------ incremental evaluation */
+
+/* The descent, the exchanges, the pairs and the repair try vectors one or
+ * a few decisions away from each other; evaluated whole, each costs every
+ * product, event and position of the model (llama80: 38,742 products,
+ * 116,215 events, 18,426 positions). Here a vector is evaluated from a
+ * base vector evaluated whole: the changed decisions' columns, the re-run
+ * columns Y of the ops whose re-run moved, the products those reach (in
+ * creation order, through an index of each column's readers), the live
+ * bytes only where those columns have memory events (the base's live
+ * bytes between them, by range maxima), and the stalls only when the set
+ * of offloaded tensors changed (the stalls read nothing else). Integer
+ * bytes and the same objective sum make every answer bit for bit the
+ * whole evaluation's (test_ilp compares them over random move sequences).
+ * A vector more than ILP_EVAL_NEAR decisions from the base is evaluated
+ * whole and becomes the base. */
+#define ILP_EVAL_NEAR 16
+
+typedef struct LiveDelta {
+  int pos;
+  int64_t bytes;
+} LiveDelta;
+
+typedef struct Undo {
+  int col;
+  double was;
+} Undo;
+
+struct EvalCache {
+  bool indexed, based;
+  int *dep_first, *dep;                /* per column: the products with a factor reading it */
+  int *evc_first, *evc_pos;            /* per column: its memory events' positions and bytes */
+  int64_t *evc_bytes;
+  int *lg;                             /* floor(log2(n)) for n <= npos */
+  Decision *dec;                       /* the base */
+  double *x;                           /* its columns, the query's while one runs (undone after) */
+  int *rerun, *rerun_q, *need;         /* its re-run positions, the query's, scratch of need_op */
+  int64_t *live, *range_max;           /* its live bytes; range_max[k * npos + p]: the most over [p, p + 2^k) */
+  int *changed, nchanged;              /* the query's tensors that differ from the base */
+  Undo *undo;                          /* the query's column changes, to undo */
+  int nundo, cap_undo;
+  int *heap, nheap;                    /* products to evaluate again, least first */
+  char *queued;
+  LiveDelta *delta;
+  int ndelta, cap_delta;
+  bool failed;
+};
+
+EvalCache *ilp_eval_cache_new(void) { return util_xcalloc(1, sizeof(EvalCache)); }
+
+void ilp_eval_cache_free(EvalCache *c) {
+  if (!c) return;
+  free(c->dep_first), free(c->dep), free(c->evc_first), free(c->evc_pos), free(c->evc_bytes), free(c->lg);
+  free(c->dec), free(c->x), free(c->rerun), free(c->need), free(c->rerun_q), free(c->live), free(c->range_max);
+  free(c->changed), free(c->undo), free(c->heap), free(c->queued), free(c->delta);
+  free(c);
+}
+
+/* first[c] .. first[c + 1] of a column-major list from (col, item) pairs
+ * given twice by walk (once to count, once to fill). */
+typedef void (*PairWalk)(const Ilp *md, int *first, int *fill, int *items, int64_t *bytes);
+
+static void walk_readers(const Ilp *md, int *first, int *fill, int *items, int64_t *bytes) {
+  (void)bytes;
+  for (int i = 0; i < md->nprod; i++) {
+    const Prod *pr = &md->prod[i];
+    int nf = pr->nf > 0 ? pr->nf : -pr->nf;
+    for (int j = md->fac_first[pr->first]; j < md->fac_first[pr->first + nf]; j++) {
+      int col = md->fac_col[j];
+      if (!items) first[col + 1]++;
+      else items[first[col] + fill[col]++] = i;
+    }
+  }
+}
+
+static void walk_events(const Ilp *md, int *first, int *fill, int *items, int64_t *bytes) {
+  for (int p = 0; p < md->npos; p++)
+    for (int e = md->pos_ev_first[p]; e < md->pos_ev_first[p + 1]; e++) {
+      int col = md->pev_col[e];
+      if (!items) {
+        first[col + 1]++;
+        continue;
+      }
+      bytes[first[col] + fill[col]] = md->pev_bytes[e];
+      items[first[col] + fill[col]++] = p;
+    }
+}
+
+static bool index_pairs(const Ilp *md, PairWalk walk, int **first, int **items, int64_t **bytes) {
+  int nc = md->m.ncols;
+  *first = util_xcalloc((size_t)nc + 2, sizeof(int));
+  int *fill = util_xcalloc((size_t)nc + 1, sizeof(int));
+  bool ok = *first && fill;
+  if (ok) {
+    walk(md, *first, fill, NULL, NULL);
+    for (int c = 0; c < nc; c++) (*first)[c + 1] += (*first)[c];
+    *items = util_xcalloc((size_t)(*first)[nc] + 1, sizeof(int));
+    if (bytes) *bytes = util_xcalloc((size_t)(*first)[nc] + 1, sizeof(int64_t));
+    ok = *items && (!bytes || *bytes);
+    if (ok) walk(md, *first, fill, *items, bytes ? *bytes : NULL);
+  }
+  free(fill);
+  return ok;
+}
+
+static bool cache_index(const Ilp *md, EvalCache *c) {
+  const Graph *g = md->g;
+  int np = md->npos, levels = 1;
+  while ((1 << levels) <= np) levels++;
+  c->lg = util_xcalloc((size_t)np + 2, sizeof(int));
+  c->dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
+  c->x = util_xcalloc((size_t)md->m.ncols + 1, sizeof(double));
+  c->rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int));
+  c->rerun_q = util_xcalloc((size_t)g->nops + 1, sizeof(int));
+  c->need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
+  c->live = util_xcalloc((size_t)np + 1, sizeof(int64_t));
+  c->range_max = util_xcalloc((size_t)np * (size_t)levels + 1, sizeof(int64_t));
+  c->changed = util_xcalloc((size_t)ILP_EVAL_NEAR + 1, sizeof(int));
+  c->heap = util_xcalloc((size_t)md->nprod + 1, sizeof(int));
+  c->queued = util_xcalloc((size_t)md->nprod + 1, 1);
+  if (!c->lg || !c->dec || !c->x || !c->rerun || !c->rerun_q || !c->need || !c->live || !c->range_max || !c->changed ||
+      !c->heap || !c->queued || !index_pairs(md, walk_readers, &c->dep_first, &c->dep, NULL) ||
+      !index_pairs(md, walk_events, &c->evc_first, &c->evc_pos, &c->evc_bytes))
+    return false;
+  for (int n = 2; n <= np; n++) c->lg[n] = c->lg[n / 2] + 1;
+  c->indexed = true;
+  return true;
+}
+
+/* The base's range maxima: level k holds the most over 2^k positions. */
+static void build_range_max(const Ilp *md, EvalCache *c) {
+  int np = md->npos;
+  memcpy(c->range_max, c->live, (size_t)np * sizeof(int64_t));
+  for (int k = 1; (1 << k) <= np; k++) {
+    const int64_t *lo = c->range_max + (size_t)(k - 1) * np;
+    int64_t *at = c->range_max + (size_t)k * np;
+    for (int p = 0; p + (1 << k) <= np; p++) at[p] = lo[p] > lo[p + (1 << (k - 1))] ? lo[p] : lo[p + (1 << (k - 1))];
+  }
+}
+
+static int64_t range_max(const Ilp *md, const EvalCache *c, int p0, int p1) {
+  int k = c->lg[p1 - p0 + 1];
+  const int64_t *at = c->range_max + (size_t)k * md->npos;
+  return at[p0] > at[p1 - (1 << k) + 1] ? at[p0] : at[p1 - (1 << k) + 1];
+}
+
+static int rebase(const Ilp *md, EvalCache *c, const Decision *dec) {
+  c->based = false;
+  if (eval_decisions(md, dec, c->x, c->rerun, c->need)) return -1;
+  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, c->x);
+  eval_peak(md, c->x, INT64_MAX, c->live);
+  build_range_max(md, c);
+  memcpy(c->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
+  c->based = true;
+  return 0;
+}
+
+/* The tensors where dec differs from the base, into c->changed; false when
+ * there is no base, more than ILP_EVAL_NEAR differ, or one without
+ * decision columns does (a home). */
+static bool near_base(const Ilp *md, EvalCache *c, const Decision *dec) {
+  c->nchanged = 0;
+  if (!c->based) return false;
+  for (int t = 0; t < md->g->ntensors; t++) {
+    if (dec[t] == c->dec[t]) continue;
+    if (md->colK[t] < 0 || c->nchanged == ILP_EVAL_NEAR) return false;
+    c->changed[c->nchanged++] = t;
+  }
+  return true;
+}
+
+static void heap_push(EvalCache *c, int i) {
+  if (c->queued[i]) return;
+  c->queued[i] = 1;
+  int k = c->nheap++;
+  for (; k > 0 && c->heap[(k - 1) / 2] > i; k = (k - 1) / 2) c->heap[k] = c->heap[(k - 1) / 2];
+  c->heap[k] = i;
+}
+
+static int heap_pop(EvalCache *c) {
+  int top = c->heap[0], last = c->heap[--c->nheap], k = 0;
+  for (;;) {
+    int child = 2 * k + 1;
+    if (child >= c->nheap) break;
+    if (child + 1 < c->nheap && c->heap[child + 1] < c->heap[child]) child++;
+    if (c->heap[child] >= last) break;
+    c->heap[k] = c->heap[child];
+    k = child;
+  }
+  if (c->nheap) c->heap[k] = last;
+  c->queued[top] = 0;
+  return top;
+}
+
+/* One column of the query: logged for the undo; where it crosses 1/2 its
+ * memory events change the live bytes and its readers are evaluated again. */
+static void set_col(EvalCache *c, int col, double v) {
+  double was = c->x[col];
+  if (was == v) return;
+  if (!ilp_push((void **)&c->undo, c->nundo, &c->cap_undo, sizeof(Undo))) {
+    c->failed = true;
+    return;
+  }
+  c->undo[c->nundo++] = (Undo){col, was};
+  c->x[col] = v;
+  if ((was > 0.5) == (v > 0.5)) return;
+  for (int e = c->evc_first[col]; e < c->evc_first[col + 1]; e++) {
+    if (!ilp_push((void **)&c->delta, c->ndelta, &c->cap_delta, sizeof(LiveDelta))) {
+      c->failed = true;
+      return;
+    }
+    c->delta[c->ndelta++] = (LiveDelta){c->evc_pos[e], v > 0.5 ? c->evc_bytes[e] : -c->evc_bytes[e]};
+  }
+  for (int r = c->dep_first[col]; r < c->dep_first[col + 1]; r++) heap_push(c, c->dep[r]);
+}
+
+static void undo(EvalCache *c) {
+  while (c->nundo > 0) c->nundo--, c->x[c->undo[c->nundo].col] = c->undo[c->nundo].was;
+  while (c->nheap > 0) heap_pop(c);
+  c->ndelta = 0;
+}
+
+static int cmp_delta(const void *a, const void *b) {
+  const LiveDelta *x = a, *y = b;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* The query's peak: the base's live bytes plus the running sum of the
+ * deltas, constant between two delta positions. */
+static int64_t query_peak(const Ilp *md, EvalCache *c) {
+  if (c->ndelta > 1) qsort(c->delta, (size_t)c->ndelta, sizeof(LiveDelta), cmp_delta);
+  int64_t best = INT64_MIN, shift = 0;
+  int from = 0;
+  for (int i = 0; i < c->ndelta;) {
+    int p = c->delta[i].pos;
+    if (p > from) {
+      int64_t v = range_max(md, c, from, p - 1) + shift;
+      if (v > best) best = v;
+    }
+    for (; i < c->ndelta && c->delta[i].pos == p; i++) shift += c->delta[i].bytes;
+    from = p;
+  }
+  int64_t v = range_max(md, c, from, md->npos - 1) + shift;
+  return v > best ? v : best;
+}
+
+/* The query dec (near_base true): its changed columns onto the base's,
+ * its products, peak, stalls and objective, then undone. 1, 0 or -1 as
+ * ilp_eval_within. */
+static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, double obj_cap, int64_t peak_cap,
+                 int64_t *peak, double *obj) {
+  const Graph *g = md->g;
+  bool offloads_moved = false, offloads_grew = true, reruns_moved = false;
+  int rc = -1;
+  for (int i = 0; i < c->nchanged; i++) {
+    int t = c->changed[i];
+    if (dec[t] != DEC_KEEP && dec[t] != DEC_RECOMPUTE && dec[t] != DEC_OFFLOAD) return -1;
+    reruns_moved |= (dec[t] == DEC_RECOMPUTE) != (c->dec[t] == DEC_RECOMPUTE);
+  }
+  /* The re-runs follow the recomputed set alone (a kept or offloaded
+   * tensor never demands one: plan_family_positions). */
+  if (reruns_moved && plan_family_positions(g, dec, c->rerun_q, c->need)) return -1;
+  for (int i = 0; i < c->nchanged; i++) {
+    int t = c->changed[i];
+    set_col(c, md->colK[t], dec[t] == DEC_KEEP);
+    set_col(c, md->colR[t], dec[t] == DEC_RECOMPUTE);
+    set_col(c, md->colO[t], dec[t] == DEC_OFFLOAD);
+    offloads_moved |= (dec[t] == DEC_OFFLOAD) != (c->dec[t] == DEC_OFFLOAD);
+    offloads_grew &= dec[t] == DEC_OFFLOAD || c->dec[t] != DEC_OFFLOAD;
+  }
+  for (int q = 0; reruns_moved && q < g->nops; q++) {
+    int r = c->rerun_q[q];
+    if (r == c->rerun[q]) continue;
+    if (r >= 0) {
+      int k = ilp_cand_le(md, q, r);
+      if (k < 0 || md->cand_t[md->cand_first[q] + k] != r) goto out;
+    }
+    for (int k = 0; k < md->cand_n[q]; k++)
+      set_col(c, md->ycol[md->cand_first[q] + k], r >= 0 && r <= md->cand_t[md->cand_first[q] + k]);
+  }
+  while (c->nheap > 0) {
+    const Prod *pr = &md->prod[heap_pop(c)];
+    set_col(c, pr->col, prod_value(md, pr, c->x));
+  }
+  if (c->failed) goto out;
+  *peak = query_peak(md, c);
+  rc = 0;
+  if (*peak > peak_cap) goto out;
+  if (obj) {
+    if (md->peak_col >= 0) set_col(c, md->peak_col, (double)*peak / ILP_UNIT);
+    /* The stalls enter the objective through the last op's Q alone, which
+     * only grows with the set of offloaded tensors (every copy delays the
+     * others, every window sum grows): at least the base's where the set
+     * grew, else at least 0. A vector already at the cap by that bound is
+     * at it (rounding is monotone). */
+    int last = md->col_q ? md->col_q[g->nops - 1] : -1;
+    if (offloads_moved && last >= 0) {
+      if (!offloads_grew) set_col(c, last, 0);
+      if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
+      ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
+      set_col(c, last, x[last]);
+    }
+    if (c->failed) {
+      rc = -1;
+      goto out;
+    }
+    *obj = ilp_objective_of(md, c->x);
+  }
+  rc = !obj || *obj < obj_cap;
+out:
+  undo(c);
+  return rc;
 }
 
 int ilp_eval_within(const Ilp *md, const Decision *dec, double *x, double obj_cap, int64_t peak_cap, int64_t *peak,
                     double *obj) {
-  if (eval_decisions(md, dec, x)) return -1;
-  /* Q is 0 in x until the stalls are evaluated, and Q >= 0 enters the sum
-   * with coefficient 1: the objective without it is no larger (rounding is
-   * monotone), so a vector already at the cap without it is at the cap. */
-  if (obj && ilp_objective_of(md, x) >= obj_cap) return 0;
-  if ((*peak = eval_peak(md, x, peak_cap)) > peak_cap) return 0;
-  if (!obj) return 1;
-  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
-  *obj = ilp_objective_of(md, x);
-  return *obj < obj_cap;
+  EvalCache *c = md->cache;
+  if (c->failed || (!c->indexed && !cache_index(md, c))) {
+    c->failed = true;
+    return -1;
+  }
+  if (!near_base(md, c, dec) && rebase(md, c, dec)) return -1;
+  return query(md, c, dec, x, obj_cap, peak_cap, peak, obj);
 }
 
 void ilp_decisions_from_x(const Ilp *md, const double *x, Decision *dec) {
@@ -187,4 +500,35 @@ double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec) 
   free(x);
   ilp_free(&md);
   return v;
+}
+
+/* One vector's incremental answers agree with the whole evaluation's
+ * (rf, pf, of): the peak and objective bit for bit, and at caps just
+ * below, at and just above them. */
+static bool incremental_agrees(const Ilp *md, const Decision *dec, double *x, int rf, int64_t pf, double of) {
+  int64_t pk;
+  double o;
+  int ri = ilp_eval_within(md, dec, x, HUGE_VAL, INT64_MAX, &pk, &o);
+  if (rf) return ri == -1;
+  if (ri != 1 || pk != pf || memcmp(&o, &of, sizeof o)) return false;
+  return ilp_eval_within(md, dec, x, HUGE_VAL, pf - 1, &pk, &o) == 0 && ilp_eval_within(md, dec, x, of, INT64_MAX, &pk, &o) == 0 &&
+         ilp_eval_within(md, dec, x, nextafter(of, HUGE_VAL), pf, &pk, &o) == 1 && ilp_eval_within(md, dec, x, 0, pf, &pk, NULL) == 1;
+}
+
+int plan_ilp_eval_check(const Graph *g, const Device *d, bool min_memory, const Decision *decs, int n, int *differ,
+                        Err *e) {
+  Ilp md;
+  if (ilp_build(&md, g, d, INT64_MAX / 4, min_memory, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, e)) return -1;
+  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double)), *whole = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
+  int rc = x && whole ? 0 : err_set(e, "%s: out of memory", g->path);
+  *differ = 0;
+  for (int i = 0; rc == 0 && i < n; i++) {
+    const Decision *dec = decs + (size_t)i * (size_t)g->ntensors;
+    int64_t pf = 0;
+    int rf = ilp_eval(&md, dec, whole, &pf);
+    *differ += !incremental_agrees(&md, dec, x, rf, pf, rf ? 0 : ilp_objective_of(&md, whole));
+  }
+  free(x), free(whole);
+  ilp_free(&md);
+  return rc;
 }

@@ -44,6 +44,9 @@
  * kicks go on while the plan is above it (search.c). */
 #define ILP_PROOF_GAP 0.01
 
+/* The incremental evaluation's state (eval.c), one per model. */
+typedef struct EvalCache EvalCache;
+
 /* A small linear expression over columns with a constant. */
 typedef struct Lin {
   int n;
@@ -169,6 +172,7 @@ typedef struct Ilp {
   int nors;
   Row up;   /* ... and a re-run's upper row */
   int64_t host_limit; /* plan_host_bound of a returned vector is at most this (limit_host) */
+  EvalCache *cache;   /* ilp_eval_within's base vector and indexes: mutable through a const Ilp */
   bool failed;
 } Ilp;
 
@@ -286,12 +290,16 @@ void ilp_separate(void *ctx, const double *x, MilpModel *cuts);
  * point, and a point's objective. */
 int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak);
 /* ilp_eval for a vector its caller takes only if its objective is below
- * obj_cap and its peak at most peak_cap: 1 (x, *peak and *obj as ilp_eval
- * and ilp_objective_of give them) when both hold, 0 when either fails (the
- * rest of the evaluation skipped, x partial), -1 as ilp_eval. obj NULL:
- * the peak alone is asked for (obj_cap unused, no stalls evaluated). */
+ * obj_cap and its peak at most peak_cap: 1 (*peak and *obj as ilp_eval
+ * and ilp_objective_of give them, bit for bit) when both hold, 0 when
+ * either fails, -1 as ilp_eval. obj NULL: the peak alone is asked for
+ * (obj_cap unused). Incremental: a vector a few decisions away from the
+ * last one evaluated whole is evaluated from that one's columns (x:
+ * scratch of ncols, unspecified on return). */
 int ilp_eval_within(const Ilp *md, const Decision *dec, double *x, double obj_cap, int64_t peak_cap, int64_t *peak,
                     double *obj);
+EvalCache *ilp_eval_cache_new(void);
+void ilp_eval_cache_free(EvalCache *c);
 void ilp_decisions_from_x(const Ilp *md, const double *x, Decision *dec);
 double ilp_objective_of(const Ilp *md, const double *x);
 

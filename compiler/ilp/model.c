@@ -621,6 +621,7 @@ void ilp_free(Ilp *md) {
   free(md->frow_first), free(md->frow_by_b);
   free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
   sig_free(&md->sig), sig_free(&md->run.sig), free(md->ors), free(md->up.col), free(md->up.c);
+  ilp_eval_cache_free(md->cache);
 }
 
 static void pack_for_eval(Ilp *md) {
@@ -684,8 +685,9 @@ static int build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool 
   md->colK = util_xcalloc((size_t)n + 1, sizeof(int));
   md->colR = util_xcalloc((size_t)n + 1, sizeof(int));
   md->colO = util_xcalloc((size_t)n + 1, sizeof(int));
+  md->cache = ilp_eval_cache_new();
 
-  if (!md->colK || !md->colR || !md->colO || build_consumers(md) || build_candidates(md) ||
+  if (!md->colK || !md->colR || !md->colO || !md->cache || build_consumers(md) || build_candidates(md) ||
       build_positions(md))
     goto oom;
   build_decisions(md);

@@ -90,9 +90,10 @@ static void score_moves(const Ilp *md, const Candidate *best, int64_t limit, dou
       if (dd == (int)was || (dd == DEC_OFFLOAD && !ilp_offload_allowed(md, t))) continue;
       cur[t] = (Decision)dd;
       int64_t pk;
+      double obj;
       (*evals)--;
-      if (ilp_eval(md, cur, x, &pk)) continue;
-      Move mv = {.t = t, .to = (Decision)dd, .delta = ilp_objective_of(md, x) - best->objective, .peak = pk};
+      if (ilp_eval_within(md, cur, x, HUGE_VAL, INT64_MAX, &pk, &obj) < 0) continue;
+      Move mv = {.t = t, .to = (Decision)dd, .delta = obj - best->objective, .peak = pk};
       if (mv.delta < -1e-9 && pk > limit) mv.rank = mv.delta, gain[(*ngain)++] = mv;
       else if (was == DEC_KEEP && mv.delta >= -1e-9) mv.rank = mv.delta / fmax(1, (double)g->tensors[t].bytes), pay[(*npay)++] = mv;
     }
@@ -161,9 +162,9 @@ static bool exchange(const Ilp *md, Candidate *best, int64_t limit, double *x, l
     if (cur[gain[a].t] == gain[a].to) continue;
     cur[gain[a].t] = gain[a].to;
     int64_t peak;
+    double obj;
     (*evals)--;
-    if (ilp_eval(md, cur, x, &peak) == 0) {
-      double obj = ilp_objective_of(md, x);
+    if (ilp_eval_within(md, cur, x, HUGE_VAL, INT64_MAX, &peak, &obj) == 1) {
       pay_for(md, cur, &gain[a], pay, npay, limit, base, x, evals, &peak, &obj);
       if (peak <= limit && obj < base - 1e-9) ilp_consider(md, best, cur, limit, x);
     }
@@ -261,7 +262,7 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   const Graph *g = md->g;
   fit_host(md, cols, dec);
   int64_t peak;
-  if (ilp_eval(md, dec, x, &peak) || peak <= limit) return;
+  if (ilp_eval_within(md, dec, x, 0, INT64_MAX, &peak, NULL) < 0 || peak <= limit) return;
   int *order = util_xcalloc((size_t)g->nstashed + 1, sizeof(int)), n = 0;
   if (!order) return;
   for (int i = 0; i < g->nstashed; i++)
