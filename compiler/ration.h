@@ -528,12 +528,15 @@ int plan_ilp_cut_check(const Graph *g, const Device *d, int64_t budget, const De
 /* note (a SolverInfo note's size): GLPK's failure inside the memory-minimizing
  * solve, when the budget returned is only the least found before it. */
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e);
+/* The ilp's models a check can evaluate in: the time model, the
+ * memory-minimizing one, and the time model with the home columns (the
+ * one plans are judged in). */
+typedef enum { PLAN_ILP_TIME, PLAN_ILP_MEMORY, PLAN_ILP_WITH_HOMES } PlanIlpModel;
 /* The ilp's incremental evaluation against its whole one (eval.c), over n
- * decision vectors (decs: n * ntensors) evaluated in turn in one model
- * (the memory-minimizing one with min_memory): *differ counts the vectors
- * whose peak, objective (bit for bit) or answer at caps just below, at
- * and just above them differ. */
-int plan_ilp_eval_check(const Graph *g, const Device *d, bool min_memory, const Decision *decs, int n, int *differ,
+ * decision vectors (decs: n * ntensors) evaluated in turn in one model:
+ * *differ counts the vectors whose peak, objective (bit for bit) or
+ * answer at caps just below, at and just above them differ. */
+int plan_ilp_eval_check(const Graph *g, const Device *d, PlanIlpModel model, const Decision *decs, int n, int *differ,
                         Err *e);
 /* One round of the ilp's pair moves (docs/PLANNING.md 5 step 7) on dec, at
  * the budget, with a relaxation point that takes prefer whole: the best of

@@ -92,6 +92,13 @@ static void check_model_exact(const Graph *g, const Device *d, int n, unsigned s
   free(dec);
 }
 
+/* A random home for tensor t where it may have one (host-refetch or
+ * host, else the device), DEC_NONE otherwise. */
+static Decision random_home(const Graph *g, int t) {
+  if (plan_home_allowed(g, t, DEC_HOST_REFETCH) && rand() % 2) return DEC_HOST_REFETCH;
+  return plan_home_allowed(g, t, DEC_HOST) && rand() % 4 ? DEC_HOST : DEC_NONE;
+}
+
 /* A descent's sequence of vectors: trials one to three decisions away
  * from the current vector, one in four taken as the next current (so the
  * vectors drift from any base), one in twenty a fresh random vector: the
@@ -100,22 +107,34 @@ static void check_model_exact(const Graph *g, const Device *d, int n, unsigned s
 static void check_eval_incremental(const Graph *g, const Device *d, int n, unsigned seed) {
   size_t nt = (size_t)g->ntensors;
   Decision *decs = calloc((size_t)n * nt + 1, sizeof *decs), *cur = calloc(nt + 1, sizeof *cur);
-  srand(seed);
-  for (int it = 0; it < n; it++) {
-    Decision *v = decs + (size_t)it * nt;
-    bool fresh = it == 0 || rand() % 20 == 0;
-    for (size_t t = 0; fresh && t < nt; t++) cur[t] = DEC_NONE;
-    for (int i = 0; fresh && i < g->nstashed; i++) cur[g->stashed[i]] = (Decision)(rand() % 3);
-    memcpy(v, cur, nt * sizeof *v);
-    for (int k = 1 + rand() % 3; !fresh && k > 0; k--) v[g->stashed[rand() % g->nstashed]] = (Decision)(rand() % 3);
-    if (rand() % 4 == 0) memcpy(cur, v, nt * sizeof *v);
-  }
-  for (int min_memory = 0; min_memory < 2; min_memory++) {
+  static const char *const model_name[] = {"", " (memory model)", " (model with homes)"};
+  for (PlanIlpModel model = PLAN_ILP_TIME; model <= PLAN_ILP_WITH_HOMES; model++) {
+    /* In the model with homes the bases home some params and optimizer
+     * state and the moves change homes too: a vector whose homes differ
+     * from its base's is evaluated whole, one whose activations alone
+     * differ incrementally over a base with homes. */
+    bool homes = model == PLAN_ILP_WITH_HOMES;
+    int homed = 0;
+    srand(seed);
+    for (int it = 0; it < n; it++) {
+      Decision *v = decs + (size_t)it * nt;
+      bool fresh = it == 0 || rand() % 20 == 0;
+      for (size_t t = 0; fresh && t < nt; t++) cur[t] = homes && rand() % 3 == 0 ? random_home(g, (int)t) : DEC_NONE;
+      for (int i = 0; fresh && i < g->nstashed; i++) cur[g->stashed[i]] = (Decision)(rand() % 3);
+      memcpy(v, cur, nt * sizeof *v);
+      for (int k = 1 + rand() % 3; !fresh && k > 0; k--) {
+        int t = homes && rand() % 8 == 0 ? rand() % g->ntensors : -1;
+        if (t >= 0) v[t] = random_home(g, t);
+        else v[g->stashed[rand() % g->nstashed]] = (Decision)(rand() % 3);
+      }
+      if (rand() % 4 == 0) memcpy(cur, v, nt * sizeof *v);
+      for (size_t t = 0; t < nt; t++) homed += v[t] == DEC_HOST || v[t] == DEC_HOST_REFETCH;
+    }
     Err e;
     int differ = -1;
-    T_CHECKF(plan_ilp_eval_check(g, d, min_memory, decs, n, &differ, &e) == 0, "%s: %s", g->name, e.msg);
-    T_CHECKF(differ == 0, "%s%s: %d of %d vectors evaluated incrementally differ", g->name,
-             min_memory ? " (memory model)" : "", differ, n);
+    T_CHECKF(plan_ilp_eval_check(g, d, model, decs, n, &differ, &e) == 0, "%s: %s", g->name, e.msg);
+    T_CHECKF(differ == 0, "%s%s: %d of %d vectors evaluated incrementally differ", g->name, model_name[model], differ, n);
+    T_CHECKF(!homes || homed > 0, "%s: no vector homed anything", g->name);
   }
   free(decs), free(cur);
 }
@@ -376,7 +395,10 @@ int main(void) {
       check_objective_homes(g, h100, 25, 51 + (unsigned)i);
       check_objective_homes(g, slow, 25, 61 + (unsigned)i);
     }
-    T_CASE("incremental evaluation == whole evaluation over random move sequences") check_eval_incremental(g, h100, 300, 51 + (unsigned)i);
+    T_CASE("incremental evaluation == whole evaluation over random move sequences") {
+      check_eval_incremental(g, h100, 300, 51 + (unsigned)i);
+      check_eval_incremental(g, slow, 150, 71 + (unsigned)i);
+    }
     T_CASE("stall rows never exceed the copy queues, random decisions") check_stall_rows(g, h100, 40, true, 21 + (unsigned)i);
     T_CASE("the tree's cuts cut their point off and hold at every vector that fits") {
       int64_t m, k;

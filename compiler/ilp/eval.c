@@ -515,10 +515,13 @@ static bool incremental_agrees(const Ilp *md, const Decision *dec, double *x, in
          ilp_eval_within(md, dec, x, nextafter(of, HUGE_VAL), pf, &pk, &o) == 1 && ilp_eval_within(md, dec, x, 0, pf, &pk, NULL) == 1;
 }
 
-int plan_ilp_eval_check(const Graph *g, const Device *d, bool min_memory, const Decision *decs, int n, int *differ,
+int plan_ilp_eval_check(const Graph *g, const Device *d, PlanIlpModel model, const Decision *decs, int n, int *differ,
                         Err *e) {
   Ilp md;
-  if (ilp_build(&md, g, d, INT64_MAX / 4, min_memory, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, e)) return -1;
+  int depth = g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH;
+  if (model == PLAN_ILP_WITH_HOMES ? ilp_build_with_homes(&md, g, d, depth, e)
+                                   : ilp_build(&md, g, d, INT64_MAX / 4, model == PLAN_ILP_MEMORY, depth, e))
+    return -1;
   double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double)), *whole = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   int rc = x && whole ? 0 : err_set(e, "%s: out of memory", g->path);
   *differ = 0;
