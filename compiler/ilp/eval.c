@@ -377,11 +377,14 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
     /* The stalls enter the objective through the last op's Q alone, which
      * only grows with the set of offloaded tensors (every copy delays the
      * others, every window sum grows): at least the base's where the set
-     * grew, else at least 0. A vector already at the cap by that bound is
-     * at it (rounding is monotone). */
+     * grew, else at least 0. Not where copies take a share of the compute
+     * stream: each added copy then also moves the later due ops, so the
+     * others' lateness, and Q, can fall (its share is in the objective
+     * through the offload's own column). A vector already at the cap by
+     * that bound is at it (rounding is monotone). */
     int last = md->col_q ? md->col_q[g->nops - 1] : -1;
     if (offloads_moved && last >= 0) {
-      if (!offloads_grew) set_col(c, last, 0);
+      if (!offloads_grew || md->d->copy_compute_share > 0) set_col(c, last, 0);
       if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
       ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
       set_col(c, last, x[last]);
