@@ -188,14 +188,15 @@ static int alternatives(const Graph *g, const Decision *dec, int t, Decision *al
 
 /* The tensors whose decisions refine moves: stashed, home candidates and
  * host-optimizer grads (the last only with host compute). How many, into
- * units, or -1 when over HOMES_REFINE_MAX. */
+ * units where given, or -1 when over HOMES_REFINE_MAX. */
 static int refine_units(const Graph *g, const Device *d, int *units) {
   int n = 0;
   for (int t = 0; t < g->ntensors; t++) {
     bool host_opt = d->host_memory_gbps > 0 && plan_host_optimizer_op(g, t) >= 0;
     if (!g->tensors[t].stashed && !host_opt && !plan_home_allowed(g, t, DEC_HOST)) continue;
     if (n == HOMES_REFINE_MAX) return -1;
-    units[n++] = t;
+    if (units) units[n] = t;
+    n++;
   }
   return n;
 }
@@ -471,9 +472,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
     /* On small graphs, also the ilp's search over homes: homes that free
      * bytes for fewer re-runs can beat the device plan. */
-    int *units = util_xcalloc((size_t)HOMES_REFINE_MAX, sizeof *units);
-    if (units && refine_units(g, d, units) >= 0) model_search(&s, dec);
-    free(units);
+    if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
     refine(&s);
     if (!twin_won && s.best_step == twin_step) goto out;
   } else {
