@@ -492,17 +492,32 @@ int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision 
   return peak;
 }
 
-double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec) {
+/* dec evaluated whole in the model with homes at the planner's depth,
+ * as a plan is judged: the objective (us) and the host row's bytes; false
+ * outside the model or out of memory. */
+static bool eval_judged(const Graph *g, const Device *d, const Decision *dec, double *objective, int64_t *host) {
   Ilp md;
   Err e;
-  double v = -1;
-  if (ilp_build_with_homes(&md, g, d, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return -1;
+  bool ok = false;
+  if (ilp_build_with_homes(&md, g, d, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return false;
   double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
   int64_t peak;
-  if (x && ilp_eval(&md, dec, x, &peak) == 0) v = ilp_objective_of(&md, x);
+  if (x && ilp_eval(&md, dec, x, &peak) == 0) *objective = ilp_objective_of(&md, x), *host = ilp_host_bytes(&md, x), ok = true;
   free(x);
   ilp_free(&md);
-  return v;
+  return ok;
+}
+
+double plan_ilp_objective(const Graph *g, const Device *d, const Decision *dec) {
+  double v;
+  int64_t host;
+  return eval_judged(g, d, dec, &v, &host) ? v : -1;
+}
+
+int64_t plan_ilp_host_bytes(const Graph *g, const Device *d, const Decision *dec) {
+  double v;
+  int64_t host;
+  return eval_judged(g, d, dec, &v, &host) ? host : -1;
 }
 
 /* One vector's incremental answers agree with the whole evaluation's

@@ -173,20 +173,6 @@ int64_t ilp_host_bytes(const Ilp *md, const double *x) {
   return sum;
 }
 
-/* ------------------------------------------------------------ public */
-
-int64_t plan_ilp_host_bytes(const Graph *g, const Device *d, const Decision *dec) {
-  Ilp md;
-  Err e;
-  int64_t host = -1, peak;
-  if (ilp_build_with_homes(&md, g, d, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return -1;
-  double *x = util_xcalloc((size_t)md.m.ncols + 1, sizeof(double));
-  if (x && ilp_eval(&md, dec, x, &peak) == 0) host = ilp_host_bytes(&md, x);
-  free(x);
-  ilp_free(&md);
-  return host;
-}
-
 /* ------------------------------------------------------------ the search over homes */
 
 /* How many evaluations the search over homes may spend per decision it
@@ -225,8 +211,6 @@ static bool home_moves(const Ilp *md, Candidate *best, int64_t limit, double *x,
   }
   return improved;
 }
-
-static bool host_within(const Ilp *md, const Decision *dec) { return plan_host_bound(md->g, dec) <= md->host_limit; }
 
 /* The choices unit u (a stashed tensor or a home column) may take in the
  * model, into alt: how many (0: not a unit). */
@@ -275,7 +259,7 @@ static bool home_exchanges(const Ilp *md, Candidate *best, int64_t limit, double
           int64_t pk;
           double o;
           (*evals)--;
-          if (host_within(md, cur) && ilp_eval_within(md, cur, x, top_obj - 1e-9, limit, &pk, &o) == 1) {
+          if (ilp_host_fits(md, cur) && ilp_eval_within(md, cur, x, top_obj - 1e-9, limit, &pk, &o) == 1) {
             memcpy(top, cur, (size_t)n * sizeof *top);
             top_obj = o, found = true;
           }

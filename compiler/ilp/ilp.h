@@ -308,6 +308,8 @@ double ilp_objective_of(const Ilp *md, const double *x);
 /* Candidates kept by the model's objective, the descent, the kicks, the
  * pool, and the solver's hooks (MilpOptions.polish and .search). */
 void ilp_offer(const Ilp *md, Candidate *best, const Decision *dec, int64_t peak, double obj, int64_t limit);
+/* Whether dec's host arena (plan_host_bound) is within md's host limit. */
+bool ilp_host_fits(const Ilp *md, const Decision *dec);
 void ilp_consider(const Ilp *md, Candidate *best, const Decision *dec, int64_t limit, double *x);
 void ilp_improve(const Ilp *md, Candidate *best, int64_t limit, double *x, double deadline, long evals, bool exchanges);
 void ilp_pool_add(Pool *pool, const Graph *g, const Candidate *k);

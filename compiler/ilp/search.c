@@ -28,11 +28,11 @@ static bool is_excluded(const Ilp *md, const Decision *dec) {
   return false;
 }
 
-static bool host_fits(const Ilp *md, const Decision *dec) { return plan_host_bound(md->g, dec) <= md->host_limit; }
+bool ilp_host_fits(const Ilp *md, const Decision *dec) { return plan_host_bound(md->g, dec) <= md->host_limit; }
 
 /* A vector the model may return whatever its peak: not excluded, and its
  * offloads within host memory. */
-static bool admissible(const Ilp *md, const Decision *dec) { return !is_excluded(md, dec) && host_fits(md, dec); }
+static bool admissible(const Ilp *md, const Decision *dec) { return !is_excluded(md, dec) && ilp_host_fits(md, dec); }
 
 /* Keeps the better of best and an evaluated decision vector (by model
  * objective among the admissible ones within the memory limit). */
@@ -120,7 +120,7 @@ static void pay_for(const Ilp *md, Decision *cur, const Move *gainer, const Move
       int t = pay[b].t;
       if (t == gainer->t || cur[t] != DEC_KEEP || tried[pay[b].to] == ILP_PAYERS / 2) continue;
       cur[t] = pay[b].to;
-      if (!host_fits(md, cur)) {
+      if (!ilp_host_fits(md, cur)) {
         cur[t] = DEC_KEEP;
         continue;
       }
@@ -243,7 +243,7 @@ static void decisions_diffused(const Ilp *md, const double *x, Decision *dec) {
  * device bytes) until the rest fit. */
 static void fit_host(const Ilp *md, const double *cols, Decision *dec) {
   const Graph *g = md->g;
-  while (!host_fits(md, dec)) {
+  while (!ilp_host_fits(md, dec)) {
     int pick = -1;
     for (int i = 0; i < g->nstashed; i++) {
       int t = g->stashed[i];
@@ -276,7 +276,7 @@ static void repair(const Ilp *md, const double *cols, Decision *dec, int64_t lim
   for (int i = 0; i < n && peak > limit; i++) {
     int t = order[i];
     dec[t] = ilp_offload_allowed(md, t) && cols[md->colO[t]] > cols[md->colR[t]] ? DEC_OFFLOAD : DEC_RECOMPUTE;
-    if (!host_fits(md, dec)) dec[t] = DEC_RECOMPUTE;
+    if (!ilp_host_fits(md, dec)) dec[t] = DEC_RECOMPUTE;
     int64_t pk;
     if (ilp_eval_within(md, dec, x, 0, peak - 1, &pk, NULL) == 1) peak = pk;
     else dec[t] = DEC_KEEP;
