@@ -50,7 +50,7 @@ for g in "$@"; do
           -v st="$(field status "$tmp/p.plan.json")" -v o="$(field objective "$tmp/p.plan.json")" \
           -v bd="$(field bound "$tmp/p.plan.json")" -v gap="$(field gap "$tmp/p.plan.json")" \
           -v sec="$(field seconds "$tmp/p.plan.json")" -v t0="$t0" -v t1="$t1" -v cpu="$cpu" \
-          'BEGIN { printf "| %s | %.1f | %s | %.4f | %s | %.1f | %.1f | %.4f | %.2f | %.2f | %s |\n", n, f, b, s / base, st, o, bd, gap, sec, t1 - t0, cpu }'
+          'BEGIN { printf "| %s | %s | %s | %.4f | %s | %.1f | %.1f | %.4f | %.2f | %.2f | %s |\n", n, f, b, s / base, st, o, bd, gap, sec, t1 - t0, cpu }'
     else
       echo "| $name | $f | $b | infeasible: $(head -c 120 "$tmp/err") | | | | | | | |"
     fi
