@@ -209,7 +209,7 @@ typedef struct GlpkOwned {
   double *cut_x, *cut_val, *cut_alfa; /* ... and its cut rounds */
   int *cut_first;
   struct CutRating *cut_rate;
-  double *rho, *alfa, *tab_val; /* glpk_branch's */
+  double *rho, *alfa, *tab_val, *tab_unit; /* glpk_branch's */
   int *tab_ind;
   BranchCache bc;
   int *cut_ind;
@@ -235,7 +235,7 @@ static void owned_free(GlpkOwned *w) {
   lazy_free(&w->lazy);
   free(w->ia), free(w->ja), free(w->ar), free(w->sub), free(w->nb), free(w->target_x), free(w->row_stat), free(w->col_stat);
   free(w->heur_x), free(w->cut_x), free(w->cut_val), free(w->cut_alfa), free(w->cut_ind), free(w->cut_first), free(w->cut_rate);
-  free(w->rho), free(w->alfa), free(w->tab_val), free(w->tab_ind);
+  free(w->rho), free(w->alfa), free(w->tab_val), free(w->tab_unit), free(w->tab_ind);
   free(w->bc.row_first), free(w->bc.col), free(w->bc.row_stat), free(w->bc.col_stat), free(w->bc.ind), free(w->bc.val);
   free(w->bc.row_val);
   milp_model_free(&w->cuts);
@@ -311,6 +311,35 @@ static bool branch_cache(glp_prob *P, BranchCache *bc) {
   return true;
 }
 
+/* glp_transform_row from the node's matrix by rows (bc): a row over the
+ * columns, a (n + 1), expressed in the nonbasic variables, its terms over
+ * the basic columns through B^-T, then summed over the rows where that is
+ * not zero, instead of GLPK's pass over every nonbasic column of the
+ * matrix. Writes the row (GLPK's numbering: rows 1..m, columns
+ * m+1..m+n) to ind / val and returns its length; rho (m + 1) and alfa
+ * (n + 1) are scratch. With a = e_j for a basic column j, the simplex
+ * tableau's row of j (glp_eval_tab_row). */
+static int row_in_nonbasics(glp_prob *P, const BranchCache *bc, const double *a, double *rho, double *alfa, int *ind,
+                            double *val) {
+  int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
+  for (int i = 1; i <= m; i++) {
+    int k = glp_get_bhead(P, i);
+    rho[i] = k <= m ? 0 : a[k - m];
+  }
+  glp_btran(P, rho);
+  memcpy(alfa, a, ((size_t)n + 1) * sizeof(double));
+  for (int i = 1; i <= m; i++) {
+    if (rho[i] == 0) continue;
+    for (int t = bc->row_first[i]; t < bc->row_first[i + 1]; t++) alfa[bc->col[t]] += rho[i] * bc->val[t];
+  }
+  int len = 0;
+  for (int i = 1; i <= m; i++)
+    if (bc->row_stat[i] != GLP_BS && rho[i] != 0) len++, ind[len] = i, val[len] = -rho[i];
+  for (int j = 1; j <= n; j++)
+    if (bc->col_stat[j] != GLP_BS && alfa[j] != 0) len++, ind[len] = m + j, val[len] = alfa[j];
+  return len;
+}
+
 /* Driebeck-Tomlin branching, as GLPK's own (GLP_BR_DTH): for every
  * fractional column, the objective's change in one dual simplex step
  * toward each branch, from its row of the simplex tableau; the column
@@ -336,26 +365,17 @@ static void glpk_branch(glp_tree *T, GlpkOwned *w) {
   double *alfa = w->alfa = util_xcalloc((size_t)n + 1, sizeof(double));
   int *ind = w->tab_ind = util_xcalloc((size_t)m + n + 1, sizeof(int));
   double *val = w->tab_val = util_xcalloc((size_t)m + n + 1, sizeof(double));
-  bool computed = rho && alfa && ind && val && branch_cache(P, &w->bc);
+  double *unit = w->tab_unit = util_xcalloc((size_t)n + 1, sizeof(double));
+  bool computed = rho && alfa && ind && val && unit && branch_cache(P, &w->bc);
   const BranchCache *bc = &w->bc;
   int chosen = 0, next = GLP_NO_BRNCH;
   double degrad = -1;
   for (int j = 1; computed && j <= n; j++) {
     if (!glp_ios_can_branch(T, j)) continue;
     double x = glp_get_col_prim(P, j);
-    memset(rho, 0, ((size_t)m + 1) * sizeof(double));
-    rho[glp_get_col_bind(P, j)] = 1;
-    glp_btran(P, rho);
-    memset(alfa, 0, ((size_t)n + 1) * sizeof(double));
-    for (int i = 1; i <= m; i++) {
-      if (rho[i] == 0) continue;
-      for (int t = bc->row_first[i]; t < bc->row_first[i + 1]; t++) alfa[bc->col[t]] += rho[i] * bc->val[t];
-    }
-    int len = 0;
-    for (int k = 1; k <= m; k++)
-      if (bc->row_stat[k] != GLP_BS && rho[k] != 0) len++, ind[len] = k, val[len] = -rho[k];
-    for (int k = 1; k <= n; k++)
-      if (bc->col_stat[k] != GLP_BS && alfa[k] != 0) len++, ind[len] = m + k, val[len] = alfa[k];
+    unit[j] = 1;
+    int len = row_in_nonbasics(P, bc, unit, rho, alfa, ind, val);
+    unit[j] = 0;
     double dz[2]; /* down, up */
     for (int up = 0; up < 2; up++) {
       int q = glp_dual_rtest(P, len, ind, val, up ? 1 : -1, 1e-9);
@@ -383,8 +403,8 @@ static void glpk_branch(glp_tree *T, GlpkOwned *w) {
   }
   if (computed && chosen && degrad < 1e-6 * (1 + 0.001 * fabs(glp_get_obj_val(P)))) chosen = most_fractional(T, n, &next);
   if (computed && chosen) glp_ios_branch_upon(T, chosen, next);
-  free(rho), free(alfa), free(ind), free(val);
-  w->rho = w->alfa = w->tab_val = NULL, w->tab_ind = NULL;
+  free(rho), free(alfa), free(ind), free(val), free(unit);
+  w->rho = w->alfa = w->tab_val = w->tab_unit = NULL, w->tab_ind = NULL;
 }
 
 /* One cut of a round as GLPK's ios_process_cuts rates it: its efficacy
@@ -403,34 +423,6 @@ static int cut_rating_cmp(const void *pa, const void *pb) {
   const CutRating *a = pa, *b = pb;
   if (a->deg == 0 && b->deg == 0) return (a->eff < b->eff) - (a->eff > b->eff);
   return (a->deg < b->deg) - (a->deg > b->deg);
-}
-
-/* glp_transform_row for a cut, from the node's matrix by rows (bc): the
- * cut's terms over the basic columns through B^-T, then summed over the
- * rows where that is not zero, instead of GLPK's pass over every nonbasic
- * column of the matrix per cut. Writes the row over the nonbasic
- * variables (GLPK's numbering: rows 1..m, columns m+1..m+n) to ind / val
- * and returns its length; a (n + 1) holds the cut, rho (m + 1) and alfa
- * (n + 1) are scratch. */
-static int cut_in_nonbasics(glp_prob *P, const BranchCache *bc, const double *a, double *rho, double *alfa, int *ind,
-                            double *val) {
-  int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
-  for (int i = 1; i <= m; i++) {
-    int k = glp_get_bhead(P, i);
-    rho[i] = k <= m ? 0 : a[k - m];
-  }
-  glp_btran(P, rho);
-  memcpy(alfa, a, ((size_t)n + 1) * sizeof(double));
-  for (int i = 1; i <= m; i++) {
-    if (rho[i] == 0) continue;
-    for (int t = bc->row_first[i]; t < bc->row_first[i + 1]; t++) alfa[bc->col[t]] += rho[i] * bc->val[t];
-  }
-  int len = 0;
-  for (int i = 1; i <= m; i++)
-    if (bc->row_stat[i] != GLP_BS && rho[i] != 0) len++, ind[len] = i, val[len] = -rho[i];
-  for (int j = 1; j <= n; j++)
-    if (bc->col_stat[j] != GLP_BS && alfa[j] != 0) len++, ind[len] = m + j, val[len] = alfa[j];
-  return len;
 }
 
 /* The cosine of the angle between two cuts' normals (glpios11.c's
@@ -493,7 +485,7 @@ static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
       glp_set_mat_row(P, glp_add_rows(P, 1), len, ind, val);
     }
     if (norm2 < DBL_EPSILON * DBL_EPSILON) norm2 = DBL_EPSILON;
-    int len = cut_in_nonbasics(P, &w->bc, a, rho, alfa, ind, val);
+    int len = row_in_nonbasics(P, &w->bc, a, rho, alfa, ind, val);
     for (int t = first[r]; t < k; t++) a[cuts->nz_col[t] + 1] = 0;
     bool upper = cuts->row_ub[r] < HUGE_VAL;
     double rhs = upper ? cuts->row_ub[r] : cuts->row_lb[r], y = 0;
