@@ -148,7 +148,6 @@ static double rel_gap(double inc, double bound) {
 
 /* ------------------------------------------------------------- GLPK */
 
-#define MILP_CUT_CLASS 101     /* glp_ios_add_row's class of the caller's cuts */
 /* Cut rounds at the root, and none below it: cuts made at a node stay in
  * its whole subtree, so the LPs grow with depth, each node costs more
  * pivots and GLPK's basis grows ill-conditioned. With 3 rounds a node, the
@@ -156,6 +155,7 @@ static double rel_gap(double inc, double bound) {
  * glp_intopt GLP_EFAIL) 25,400 pivots in, at bound 36,047.1 us; with root
  * cuts alone the same count ran out at 36,366.6 (docs/PLANNING.md 5). */
 #define MILP_ROOT_CUT_ROUNDS 50
+#define MILP_ROOT_CUTS_TAKEN 90 /* at most, a round (GLPK's own figure at the root) */
 /* The proof tree's target is the incumbent less this share of the proof
  * gap: a tree that proves its target ends inside the gap, not on it (a
  * bound of exactly 1% below reads as 0.0100000006 from the plan file's
@@ -206,8 +206,10 @@ typedef struct GlpkOwned {
   double *sub, *nb, *target_x;
   int *row_stat, *col_stat;
   double *heur_x;                 /* the callback's start for the tree */
-  double *cut_x, *cut_val;        /* ... and its cut rounds */
-  double *rho, *alfa, *tab_val; /* glpk_branch's */
+  double *cut_x, *cut_val, *cut_alfa; /* ... and its cut rounds */
+  int *cut_first;
+  struct CutRating *cut_rate;
+  double *rho, *alfa, *tab_val, *tab_unit; /* glpk_branch's */
   int *tab_ind;
   BranchCache bc;
   int *cut_ind;
@@ -232,8 +234,8 @@ static void ensure_scaled(glp_prob *P, GlpkOwned *w) {
 static void owned_free(GlpkOwned *w) {
   lazy_free(&w->lazy);
   free(w->ia), free(w->ja), free(w->ar), free(w->sub), free(w->nb), free(w->target_x), free(w->row_stat), free(w->col_stat);
-  free(w->heur_x), free(w->cut_x), free(w->cut_val), free(w->cut_ind);
-  free(w->rho), free(w->alfa), free(w->tab_val), free(w->tab_ind);
+  free(w->heur_x), free(w->cut_x), free(w->cut_val), free(w->cut_alfa), free(w->cut_ind), free(w->cut_first), free(w->cut_rate);
+  free(w->rho), free(w->alfa), free(w->tab_val), free(w->tab_unit), free(w->tab_ind);
   free(w->bc.row_first), free(w->bc.col), free(w->bc.row_stat), free(w->bc.col_stat), free(w->bc.ind), free(w->bc.val);
   free(w->bc.row_val);
   milp_model_free(&w->cuts);
@@ -259,32 +261,6 @@ typedef struct GlpkCb {
   int iterations0; /* the problem's simplex count when the tree began */
   int cut_rounds; /* at the root so far */
 } GlpkCb;
-
-/* The caller's cuts for the root's LP point, into the tree's local pool. */
-static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
-  if (glp_ios_up_node(T, glp_ios_curr_node(T)) || ++cb->cut_rounds > MILP_ROOT_CUT_ROUNDS) return;
-  glp_prob *P = glp_ios_get_prob(T);
-  const MilpModel *m = cb->m;
-  GlpkOwned *w = cb->own;
-  double *x = w->cut_x = util_xcalloc((size_t)m->ncols + 1, sizeof(double));
-  int *ind = w->cut_ind = util_xcalloc((size_t)m->ncols + 2, sizeof(int));
-  double *val = w->cut_val = util_xcalloc((size_t)m->ncols + 2, sizeof(double));
-  MilpModel *cuts = &w->cuts;
-  if (x && ind && val) {
-    for (int c = 0; c < m->ncols; c++) x[c] = glp_get_col_prim(P, c + 1);
-    cb->o->separate(cb->o->separate_ctx, x, cuts);
-  }
-  for (int k = 0, r = 0; !cuts->failed && r < cuts->nrows; r++) {
-    int len = 0;
-    for (; k < cuts->nnz && cuts->nz_row[k] == r && len <= m->ncols; k++)
-      ind[len + 1] = cuts->nz_col[k] + 1, val[len + 1] = cuts->nz_val[k], len++;
-    bool upper = cuts->row_ub[r] < HUGE_VAL;
-    glp_ios_add_row(T, NULL, MILP_CUT_CLASS, 0, len, ind, val, upper ? GLP_UP : GLP_LO, upper ? cuts->row_ub[r] : cuts->row_lb[r]);
-  }
-  milp_model_free(cuts); /* zeroes it for the next round */
-  free(x), free(ind), free(val);
-  w->cut_x = w->cut_val = NULL, w->cut_ind = NULL;
-}
 
 /* GLPK's most fractional column (the one nearest to x.5, the first of
  * ties) and its branch toward the nearer integer; 0 when none. */
@@ -335,6 +311,35 @@ static bool branch_cache(glp_prob *P, BranchCache *bc) {
   return true;
 }
 
+/* glp_transform_row from the node's matrix by rows (bc): a row over the
+ * columns, a (n + 1), expressed in the nonbasic variables, its terms over
+ * the basic columns through B^-T, then summed over the rows where that is
+ * not zero, instead of GLPK's pass over every nonbasic column of the
+ * matrix. Writes the row (GLPK's numbering: rows 1..m, columns
+ * m+1..m+n) to ind / val and returns its length; rho (m + 1) and alfa
+ * (n + 1) are scratch. With a = e_j for a basic column j, the simplex
+ * tableau's row of j (glp_eval_tab_row). */
+static int row_in_nonbasics(glp_prob *P, const BranchCache *bc, const double *a, double *rho, double *alfa, int *ind,
+                            double *val) {
+  int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
+  for (int i = 1; i <= m; i++) {
+    int k = glp_get_bhead(P, i);
+    rho[i] = k <= m ? 0 : a[k - m];
+  }
+  glp_btran(P, rho);
+  memcpy(alfa, a, ((size_t)n + 1) * sizeof(double));
+  for (int i = 1; i <= m; i++) {
+    if (rho[i] == 0) continue;
+    for (int t = bc->row_first[i]; t < bc->row_first[i + 1]; t++) alfa[bc->col[t]] += rho[i] * bc->val[t];
+  }
+  int len = 0;
+  for (int i = 1; i <= m; i++)
+    if (bc->row_stat[i] != GLP_BS && rho[i] != 0) len++, ind[len] = i, val[len] = -rho[i];
+  for (int j = 1; j <= n; j++)
+    if (bc->col_stat[j] != GLP_BS && alfa[j] != 0) len++, ind[len] = m + j, val[len] = alfa[j];
+  return len;
+}
+
 /* Driebeck-Tomlin branching, as GLPK's own (GLP_BR_DTH): for every
  * fractional column, the objective's change in one dual simplex step
  * toward each branch, from its row of the simplex tableau; the column
@@ -360,26 +365,17 @@ static void glpk_branch(glp_tree *T, GlpkOwned *w) {
   double *alfa = w->alfa = util_xcalloc((size_t)n + 1, sizeof(double));
   int *ind = w->tab_ind = util_xcalloc((size_t)m + n + 1, sizeof(int));
   double *val = w->tab_val = util_xcalloc((size_t)m + n + 1, sizeof(double));
-  bool computed = rho && alfa && ind && val && branch_cache(P, &w->bc);
+  double *unit = w->tab_unit = util_xcalloc((size_t)n + 1, sizeof(double));
+  bool computed = rho && alfa && ind && val && unit && branch_cache(P, &w->bc);
   const BranchCache *bc = &w->bc;
   int chosen = 0, next = GLP_NO_BRNCH;
   double degrad = -1;
   for (int j = 1; computed && j <= n; j++) {
     if (!glp_ios_can_branch(T, j)) continue;
     double x = glp_get_col_prim(P, j);
-    memset(rho, 0, ((size_t)m + 1) * sizeof(double));
-    rho[glp_get_col_bind(P, j)] = 1;
-    glp_btran(P, rho);
-    memset(alfa, 0, ((size_t)n + 1) * sizeof(double));
-    for (int i = 1; i <= m; i++) {
-      if (rho[i] == 0) continue;
-      for (int t = bc->row_first[i]; t < bc->row_first[i + 1]; t++) alfa[bc->col[t]] += rho[i] * bc->val[t];
-    }
-    int len = 0;
-    for (int k = 1; k <= m; k++)
-      if (bc->row_stat[k] != GLP_BS && rho[k] != 0) len++, ind[len] = k, val[len] = -rho[k];
-    for (int k = 1; k <= n; k++)
-      if (bc->col_stat[k] != GLP_BS && alfa[k] != 0) len++, ind[len] = m + k, val[len] = alfa[k];
+    unit[j] = 1;
+    int len = row_in_nonbasics(P, bc, unit, rho, alfa, ind, val);
+    unit[j] = 0;
     double dz[2]; /* down, up */
     for (int up = 0; up < 2; up++) {
       int q = glp_dual_rtest(P, len, ind, val, up ? 1 : -1, 1e-9);
@@ -407,8 +403,126 @@ static void glpk_branch(glp_tree *T, GlpkOwned *w) {
   }
   if (computed && chosen && degrad < 1e-6 * (1 + 0.001 * fabs(glp_get_obj_val(P)))) chosen = most_fractional(T, n, &next);
   if (computed && chosen) glp_ios_branch_upon(T, chosen, next);
-  free(rho), free(alfa), free(ind), free(val);
-  w->rho = w->alfa = w->tab_val = NULL, w->tab_ind = NULL;
+  free(rho), free(alfa), free(ind), free(val), free(unit);
+  w->rho = w->alfa = w->tab_val = w->tab_unit = NULL, w->tab_ind = NULL;
+}
+
+/* One cut of a round as GLPK's ios_process_cuts rates it: its efficacy
+ * (violation over its norm) and the least rise of the objective one dual
+ * simplex step toward it gives (deg), after its row was expressed in the
+ * nonbasic variables. */
+typedef struct CutRating {
+  int row; /* in GlpkOwned.cuts */
+  double eff, deg;
+  bool taken;
+} CutRating;
+
+/* GLPK's order of the cuts (glpios11.c's fcmp): by the objective's rise,
+ * then by efficacy where neither has one. */
+static int cut_rating_cmp(const void *pa, const void *pb) {
+  const CutRating *a = pa, *b = pb;
+  if (a->deg == 0 && b->deg == 0) return (a->eff < b->eff) - (a->eff > b->eff);
+  return (a->deg < b->deg) - (a->deg > b->deg);
+}
+
+/* The cosine of the angle between two cuts' normals (glpios11.c's
+ * parallel), work (n + 1) zero on entry and on return. */
+static double cut_cosine(const MilpModel *cuts, const int *first, int a, int b, double *work) {
+  double s = 0, sa = 0, sb = 0;
+  for (int k = first[a + 1] - 1; k >= first[a]; k--) work[cuts->nz_col[k] + 1] = cuts->nz_val[k], sa += cuts->nz_val[k] * cuts->nz_val[k];
+  for (int k = first[b + 1] - 1; k >= first[b]; k--) s += work[cuts->nz_col[k] + 1] * cuts->nz_val[k], sb += cuts->nz_val[k] * cuts->nz_val[k];
+  for (int k = first[a]; k < first[a + 1]; k++) work[cuts->nz_col[k] + 1] = 0;
+  double norms = sqrt(sa) * sqrt(sb);
+  return s / (norms < DBL_EPSILON * DBL_EPSILON ? DBL_EPSILON : norms);
+}
+
+/* The caller's cuts for the root's LP point, the ones GLPK would take
+ * (ios_process_cuts: at most 90 at the root, by the objective's rise,
+ * then efficacy; none that rates under 0.01 in both or is within a cosine
+ * of 0.9 of one taken), put into the node's problem directly, as GLPK's
+ * driver allows at this call. Handed to its local pool instead, GLPK
+ * expresses each cut in the nonbasic variables by a pass over every
+ * column of the matrix (glp_transform_row): on a 16-layer llama (459 ops)
+ * at rtx4090-24g's budget that was 36% of the run's CPU, 13 rounds of 129
+ * cuts each costing 3.5 s. Here the pass is over the rows the cut's B^-T
+ * reaches, from the node's matrix read once per round (branch_cache),
+ * equal to GLPK's to rounding; the rule, the order and the terms are
+ * GLPK's (its pool keeps a cut's terms last first). */
+static void glpk_add_cuts(glp_tree *T, GlpkCb *cb) {
+  if (glp_ios_up_node(T, glp_ios_curr_node(T)) || ++cb->cut_rounds > MILP_ROOT_CUT_ROUNDS) return;
+  glp_prob *P = glp_ios_get_prob(T);
+  const MilpModel *m = cb->m;
+  GlpkOwned *w = cb->own;
+  int rows = glp_get_num_rows(P), n = glp_get_num_cols(P);
+  double *x = w->cut_x = util_xcalloc((size_t)n + 1, sizeof(double));
+  int *ind = w->cut_ind = util_xcalloc((size_t)rows + n + 2, sizeof(int));
+  double *val = w->cut_val = util_xcalloc((size_t)rows + n + 2, sizeof(double));
+  double *a = w->alfa = util_xcalloc((size_t)n + 1, sizeof(double));
+  double *alfa = w->cut_alfa = util_xcalloc((size_t)n + 1, sizeof(double));
+  double *rho = w->rho = util_xcalloc((size_t)rows + 1, sizeof(double));
+  MilpModel *cuts = &w->cuts;
+  bool ok = x && ind && val && a && alfa && rho;
+  if (ok) {
+    for (int c = 0; c < m->ncols; c++) x[c] = glp_get_col_prim(P, c + 1);
+    cb->o->separate(cb->o->separate_ctx, x, cuts);
+  }
+  int nc = cuts->failed ? 0 : cuts->nrows;
+  CutRating *rate = w->cut_rate = nc ? util_xcalloc((size_t)nc, sizeof(CutRating)) : NULL;
+  int *first = w->cut_first = nc ? util_xcalloc((size_t)nc + 1, sizeof(int)) : NULL;
+  ok = ok && nc > 0 && rate && first && branch_cache(P, &w->bc);
+  for (int k = 0, r = 0; ok && r < nc; r++) {
+    first[r] = k;
+    double norm2 = 0;
+    bool outside = false;
+    for (; k < cuts->nnz && cuts->nz_row[k] == r; k++) {
+      int c = cuts->nz_col[k];
+      if (c < 0 || c >= n) outside = true;
+      else a[c + 1] = cuts->nz_val[k], norm2 += cuts->nz_val[k] * cuts->nz_val[k];
+    }
+    if (outside) { /* the caller's bug: GLPK's own check of the row ends the solve (glpk_fatal) */
+      int len = 0;
+      for (int t = first[r]; t < k && len < n; t++) len++, ind[len] = cuts->nz_col[t] + 1, val[len] = cuts->nz_val[t];
+      glp_set_mat_row(P, glp_add_rows(P, 1), len, ind, val);
+    }
+    if (norm2 < DBL_EPSILON * DBL_EPSILON) norm2 = DBL_EPSILON;
+    int len = row_in_nonbasics(P, &w->bc, a, rho, alfa, ind, val);
+    for (int t = first[r]; t < k; t++) a[cuts->nz_col[t] + 1] = 0;
+    bool upper = cuts->row_ub[r] < HUGE_VAL;
+    double rhs = upper ? cuts->row_ub[r] : cuts->row_lb[r], y = 0;
+    for (int t = 1; t <= len; t++) y += val[t] * (ind[t] <= rows ? glp_get_row_prim(P, ind[t]) : glp_get_col_prim(P, ind[t] - rows));
+    rate[r] = (CutRating){.row = r};
+    if (upper ? y <= rhs : y >= rhs) continue; /* not violated at the point */
+    int piv = glp_dual_rtest(P, len, ind, val, upper ? -1 : 1, 1e-9);
+    if (!piv) { /* no dual feasible adjacent basis */
+      rate[r].eff = 1, rate[r].deg = DBL_MAX;
+      continue;
+    }
+    double dx = (rhs - y) / val[piv];
+    double dz = (ind[piv] <= rows ? glp_get_row_dual(P, ind[piv]) : glp_get_col_dual(P, ind[piv] - rows)) * dx;
+    rate[r].eff = fabs(rhs - y) / sqrt(norm2);
+    rate[r].deg = dz < 0.01 ? 0 : dz;
+  }
+  if (ok) {
+    first[nc] = cuts->nnz;
+    qsort(rate, (size_t)nc, sizeof *rate, cut_rating_cmp);
+    memset(a, 0, ((size_t)n + 1) * sizeof(double));
+    for (int k = 0; k < nc && k < MILP_ROOT_CUTS_TAKEN; k++) {
+      if (rate[k].deg < 0.01 && rate[k].eff < 0.01) continue;
+      int kk = 0;
+      while (kk < k && !(rate[kk].taken && cut_cosine(cuts, first, rate[k].row, rate[kk].row, a) > 0.90)) kk++;
+      if (kk < k) continue;
+      rate[k].taken = true;
+      int r = rate[k].row, len = 0;
+      for (int t = first[r + 1] - 1; t >= first[r]; t--) len++, ind[len] = cuts->nz_col[t] + 1, val[len] = cuts->nz_val[t];
+      int i = glp_add_rows(P, 1);
+      glp_set_mat_row(P, i, len, ind, val);
+      bool upper = cuts->row_ub[r] < HUGE_VAL;
+      glp_set_row_bnds(P, i, upper ? GLP_UP : GLP_LO, upper ? cuts->row_ub[r] : cuts->row_lb[r], upper ? cuts->row_ub[r] : cuts->row_lb[r]);
+    }
+  }
+  milp_model_free(cuts); /* zeroes it for the next round */
+  free(x), free(ind), free(val), free(a), free(alfa), free(rho), free(rate), free(first);
+  w->cut_x = w->cut_val = w->alfa = w->cut_alfa = w->rho = NULL, w->cut_ind = w->cut_first = NULL, w->cut_rate = NULL;
 }
 
 static void glpk_callback(glp_tree *T, void *info) {
