@@ -97,6 +97,8 @@ typedef struct Search {
   bool best_on_host; /* best runs optimizer ops on the host */
   SolverInfo si;    /* the ilp's run behind best */
   SolverInfo work;  /* every run's counted work, added up */
+  const Decision *least; /* the ilp's plan at its smallest budget (its arena least_arena), or NULL */
+  int64_t least_arena;
   int last_k;       /* the last try's prefix and activation budget, and its arena: */
   int64_t last_budget, last_arena; /* a solve is not repeated */
 } Search;
@@ -154,6 +156,7 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   po.budget_bytes = act_budget;
   po.quiet = true;
   po.hint = NULL;
+  po.least_plan = s->least, po.least_arena = s->least_arena;
   SolverInfo si = {.name = "none", .status = "not_used"};
   Err e = {{0}};
   for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
@@ -482,6 +485,9 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
                     : si->min_budget_known ? si->min_budget
                                            : plan_ilp_min_budget(g, d, o, note, &me);
     if (least < 0) goto out; /* the ilp's own error stands */
+    /* Its memory-minimizing solve needs no repeat where the ilp runs again
+     * (try_homes: the same solve without a hint, on less host memory). */
+    if (si->min_budget_known && !o->hint) s.least = dec, s.least_arena = least;
     /* The fewest candidates whose bytes cover what the ilp alone lacks,
      * else all the optimizer state, else everything: the first that fits.
      * A plan that fits only with the optimizer on the host (its grads

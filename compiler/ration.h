@@ -305,7 +305,8 @@ typedef struct SolverInfo {
   char note[640]; /* what went wrong on the way to a plan that still stands; not in the plan file */
   /* When the ilp found no plan: the smallest budget it planned on the way
    * (plan_ilp_min_budget's answer, from the same counted solve, so a
-   * caller need not solve it again; < 0: none); not in the plan file. */
+   * caller need not solve it again; < 0: none; plan_decide_ilp's
+   * decisions are then that budget's plan); not in the plan file. */
   bool min_budget_known;
   int64_t min_budget;
 } SolverInfo;
@@ -440,6 +441,13 @@ typedef struct PlanOptions {
   /* The ilp strategy keeps every resident tensor on the device (the
    * activation ilp alone, its own refusal where it finds no plan). */
   bool device_homes_only;
+  /* The memory-minimizing plan of this graph (and its arena) from an
+   * earlier ilp run on the same device with as much host memory or more
+   * and no hint, or NULL: taken instead of that solve, the same one, where
+   * its offloads fit this device's host memory (plan_homes.c asks the ilp
+   * again at the smallest budget the first run named). */
+  const Decision *least_plan;
+  int64_t least_arena;
 } PlanOptions;
 
 /* A strategy fills dec[] (one entry per graph tensor; only stashed tensors

@@ -194,6 +194,27 @@ int main(void) {
     SolverInfo isi = {.name = "none", .status = "not_used"};
     T_CASE("the ilp's own refusal, homes open: its bound at or below it")
       T_CHECKF(plan_decide_ilp(g, d, &o, all_device, &isi, &ilp) && claimed_bound(ilp.msg) <= reach, "%s", ilp.msg);
+    /* The refusal hands back the plan of the smallest budget it names, and
+     * given as PlanOptions.least_plan it stands in for the memory solve a
+     * run at that budget repeats: the same plan for less counted work. */
+    Plan *named = isi.min_budget_known ? plan_from_decisions(g, d, all_device, &ilp) : NULL;
+    T_CASE("the ilp's refusal: its decisions are the smallest budget's plan")
+      T_CHECKF(named && named->arena_bytes == isi.min_budget, "arena %" PRId64 ", named %" PRId64,
+               named ? named->arena_bytes : -1, isi.min_budget);
+    plan_free(named);
+    PlanOptions at = o;
+    at.budget_bytes = isi.min_budget;
+    Decision *solved = calloc((size_t)g->ntensors, sizeof *solved), *reused = calloc((size_t)g->ntensors, sizeof *reused);
+    SolverInfo ssi = {.name = "none", .status = "not_used"}, rsi = ssi;
+    int src = plan_decide_ilp(g, d, &at, solved, &ssi, &ilp);
+    at.least_plan = all_device, at.least_arena = isi.min_budget;
+    int rrc = plan_decide_ilp(g, d, &at, reused, &rsi, &ilp);
+    T_CASE("least_plan: the same plan at that budget as the memory solve's, for fewer simplex iterations")
+      T_CHECKF(src == 0 && rrc == 0 && !memcmp(solved, reused, (size_t)g->ntensors * sizeof *solved) &&
+                   rsi.simplex_iterations < ssi.simplex_iterations,
+               "rc %d/%d, iterations %" PRId64 " against %" PRId64 ": %s", src, rrc, rsi.simplex_iterations,
+               ssi.simplex_iterations, ilp.msg);
+    free(solved), free(reused);
     free(all_device);
   }
   const double limits[] = {0.001, 0.01, 0.1};
