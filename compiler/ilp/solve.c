@@ -434,15 +434,16 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   return 0;
 }
 
-/* min_memory_plan with GOAL_MEMORY, or o->least_plan where it may stand
- * in for it: the solve is the same but for the host limit's row, which
- * that plan meets (chain64 of bench/bench_large.sh at `--budget 1`: the
- * homes rule's solve at the smallest budget repeated it, 1,809 simplex
- * iterations and a tree). Nothing is proven by this run then. */
-static int least_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, double deadline, Decision *out,
+/* min_memory_plan, or o->least_plan where it may stand in for that
+ * solve with GOAL_MEMORY: the solve is the same but for the host limit's
+ * row, which that plan meets (chain64 of bench/bench_large.sh at
+ * `--budget 1`: the homes rule's solve at the smallest budget repeated
+ * it, 1,809 simplex iterations and a tree). Nothing is proven by this run
+ * then. */
+static int least_memory_plan(const Graph *g, const Device *d, const PlanOptions *o, int goal, double deadline, Decision *out,
                              int64_t *arena, int64_t *proven, char *note, SolverInfo *work, Err *e) {
-  if (!o->least_plan || plan_host_bound(g, o->least_plan) > plan_host_limit(d))
-    return min_memory_plan(g, d, o, GOAL_MEMORY, deadline, out, arena, proven, note, work, e);
+  if (goal != GOAL_MEMORY || !o->least_plan || plan_host_bound(g, o->least_plan) > plan_host_limit(d))
+    return min_memory_plan(g, d, o, goal, deadline, out, arena, proven, note, work, e);
   memcpy(out, o->least_plan, (size_t)g->ntensors * sizeof(Decision));
   *arena = o->least_arena, *proven = 0;
   note[0] = 0;
@@ -678,8 +679,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       Err e2;
       if (mm_goal == GOAL_MEMORY) break;
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
-      mm_ok = (mm_goal == GOAL_MEMORY ? least_memory_plan(g, d, o, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2)
-                                      : min_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2)) == 0;
+      mm_ok = least_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
       if (!mm_ok) break;
       round--;
       continue;
@@ -775,7 +775,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     int64_t m = -1;
     Err e2;
     if (mm_goal != GOAL_MEMORY)
-      mm_goal = GOAL_MEMORY, mm_ok = least_memory_plan(g, d, o, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
+      mm_goal = GOAL_MEMORY, mm_ok = least_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
       m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
