@@ -157,6 +157,7 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   po.quiet = true;
   po.hint = NULL;
   po.least_plan = s->least, po.least_arena = s->least_arena;
+  po.no_proof = true; /* the bound reported is plan_homes_bound_us */
   SolverInfo si = {.name = "none", .status = "not_used"};
   Err e = {{0}};
   for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;

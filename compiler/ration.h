@@ -448,6 +448,10 @@ typedef struct PlanOptions {
    * again at the smallest budget the first run named). */
   const Decision *least_plan;
   int64_t least_arena;
+  /* The caller reports a bound of its own (plan_homes.c's activation
+   * solves: plan_settle_solver replaces the ilp's): the ilp runs no tree
+   * whose only task is to prove its gap. */
+  bool no_proof;
 } PlanOptions;
 
 /* A strategy fills dec[] (one entry per graph tensor; only stashed tensors

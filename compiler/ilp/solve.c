@@ -665,7 +665,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (round > 0 && out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
-    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : round > 0 ? GOAL_TIME | GOAL_NO_PROOF : GOAL_TIME;
+    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : round > 0 || o->no_proof ? GOAL_TIME | GOAL_NO_PROOF : GOAL_TIME;
     bool rel = false;
     /* Later rounds get less of the tree: each excludes one plan from the
      * last round's problem and re-proves much of it (llama-tiny at f = 0.2:
