@@ -739,6 +739,18 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
 static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp *smcp, double *bound, GlpkOwned *w) {
   double t0 = now();
   *bound = 0;
+  if (o->warm_basis) {
+    for (int i = 0; i < m->nrows; i++) glp_set_row_stat(P, i + 1, o->warm_basis[i]);
+    for (int c = 0; c < m->ncols; c++) glp_set_col_stat(P, c + 1, o->warm_basis[m->nrows + c]);
+    glp_smcp dual = *smcp;
+    dual.meth = GLP_DUALP; /* the primal takes over should the basis not be dual feasible */
+    dual.presolve = GLP_OFF;
+    ensure_scaled(P, w);
+    int rc = glp_simplex(P, &dual);
+    if ((rc == GLP_EITLIM || rc == GLP_ETMLIM) && glp_get_dual_stat(P) == GLP_FEAS) *bound = glp_get_obj_val(P) + m->obj_offset;
+    if (rc != GLP_EBADB && rc != GLP_ESING && rc != GLP_ECOND) return rc;
+    glp_std_basis(P); /* not a basis of this model: from scratch */
+  }
   if (!o->loose_ub) return glp_simplex(P, smcp);
   for (int c = 0; c < m->ncols; c++)
     if (o->loose_ub[c] != m->col_ub[c]) set_col_bounds(P, c, m->col_lb[c], o->loose_ub[c]);
@@ -916,6 +928,10 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     }
   }
   lazy_free(&w->lazy); /* all in P now */
+  if ((r->basis = util_xcalloc((size_t)(m->nrows + m->ncols) + 1, sizeof(int)))) {
+    for (int i = 0; i < m->nrows; i++) r->basis[i] = glp_get_row_stat(P, i + 1);
+    for (int c = 0; c < m->ncols; c++) r->basis[m->nrows + c] = glp_get_col_stat(P, c + 1);
+  }
   r->bound = w->proven = glp_get_obj_val(P) + m->obj_offset;
   for (int c = 0; c < m->ncols; c++) r->lp_x[c] = glp_get_col_prim(P, c + 1);
   r->lp_x[m->ncols] = 0;
@@ -1265,5 +1281,7 @@ int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) 
 void milp_result_free(MilpResult *r) {
   free(r->x);
   free(r->lp_x);
+  free(r->basis);
   r->x = r->lp_x = NULL;
+  r->basis = NULL;
 }

@@ -685,6 +685,11 @@ typedef struct MilpOptions {
    * optimal basis warm-starts the dual simplex on the real one; NULL: the
    * primal simplex from scratch. */
   const double *loose_ub;
+  /* GLPK: the row then column statuses of an optimal basis of the same
+   * model's relaxation under other column bounds (an earlier solve's,
+   * MilpResult.basis), or NULL: the relaxation goes on from it by the dual
+   * simplex, as from loose_ub's (it stays dual feasible), every row in. */
+  const int *warm_basis;
   /* GLPK: rows [lazy_first, lazy_end) stay out of the relaxation until its
    * point violates them (valid rows that rarely bind but cost the simplex
    * many pivots); all are in before any search. lazy_end 0: none. */
@@ -724,6 +729,7 @@ typedef struct MilpResult {
   MilpStatus status;
   double *x;    /* ncols values when a solution exists */
   double *lp_x; /* the LP relaxation's values; lp_x[ncols] is NaN when it was not solved */
+  int *basis;   /* GLPK: its optimal basis (nrows then ncols statuses, every row in), or NULL */
   double objective, bound, gap, seconds;
   bool out_of_time; /* the time limit stopped it, with a solution or without */
   int64_t simplex_iterations, nodes; /* the work it did */
