@@ -494,6 +494,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
  * (docs/PLANNING.md), and on small graphs the simulator is cheap. */
 #define ILP_POLISH_MAX 64
 #define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
+#define ILP_LIMIT_STEP 4096 /* ... no closer to a limit where nothing fit than this */
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
 #define ILP_PAIRS_MAX 16
 #define ILP_SAME_STEP_MAX 2 /* answers in a row at the last one's step, none fitting, before giving up the rounds */
@@ -640,6 +641,9 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     goto out;
   }
   int64_t limit = o->budget_bytes;
+  /* The rounds' limits: the last whose answer overshot the budget by its
+   * layout, and the highest where no start fit. */
+  int64_t above = limit, too_low = INT64_MIN;
   double start = util_now(), deadline = deadline_of(o, start), best_s = HUGE_VAL;
   /* Keep-all costs no recompute and no stall: when it fits, nothing is
    * faster and the bound (pure compute) proves it. */
@@ -695,7 +699,17 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
       Err e2;
-      if (mm_goal == GOAL_MEMORY) break;
+      if (mm_goal == GOAL_MEMORY) {
+        if (round == 0 || above - limit <= ILP_LIMIT_STEP) break;
+        /* A lowered limit below every plan, the smallest-peak one included:
+         * the budget's window of peaks can be narrower than the layout's
+         * overshoot (gpt2-1558m near keep-all: peaks 24,976.6 to 24,980.0
+         * MB, keep-all's layout 8 MB over its peak), so halfway back up,
+         * to the answers between. */
+        too_low = limit;
+        limit += (above - limit) / 2;
+        continue;
+      }
       mm_goal = mm_ok ? GOAL_MEMORY : GOAL_MEMORY | GOAL_QUICK;
       mm_ok = least_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
       if (!mm_ok) break;
@@ -784,6 +798,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       memcpy(excluded[nexcluded++], c.dec, (size_t)g->ntensors * sizeof(Decision));
     } else {
       if (round >= ILP_ROUNDS) break;
+      above = limit;
       limit -= (c_arena - o->budget_bytes) << round;
       /* An answer proven optimal (its objective at the bound) whose peak
        * is within the lowered limit is optimal there too: that round's
@@ -791,8 +806,11 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
        * (gpt2-1558m at f = 0: keep-all's decisions at the bound, 1.5 MB
        * over by their layout, solved three times). So the limit goes on
        * down without it. */
-      while (rsi.bound > 0 && rsi.bound >= rsi.objective && c.peak <= limit && round + 1 < ILP_ROUNDS)
+      while (rsi.bound > 0 && rsi.bound >= rsi.objective && c.peak <= limit && round + 1 < ILP_ROUNDS) {
+        above = limit;
         limit -= (c_arena - o->budget_bytes) << ++round;
+      }
+      if (limit <= too_low) limit = too_low + (above - too_low) / 2;
     }
     c.ok = false;
   }
