@@ -798,17 +798,18 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       memcpy(excluded[nexcluded++], c.dec, (size_t)g->ntensors * sizeof(Decision));
     } else {
       if (round >= ILP_ROUNDS) break;
-      above = limit;
-      limit -= (c_arena - o->budget_bytes) << round;
       /* An answer proven optimal (its objective at the bound) whose peak
        * is within the lowered limit is optimal there too: that round's
        * solve would answer it again and lower the limit the same way
        * (gpt2-1558m at f = 0: keep-all's decisions at the bound, 1.5 MB
        * over by their layout, solved three times). So the limit goes on
        * down without it. */
-      while (rsi.bound > 0 && rsi.bound >= rsi.objective && c.peak <= limit && round + 1 < ILP_ROUNDS) {
+      bool proven = rsi.bound > 0 && rsi.bound >= rsi.objective;
+      for (;;) {
         above = limit;
-        limit -= (c_arena - o->budget_bytes) << ++round;
+        limit -= (c_arena - o->budget_bytes) << round;
+        if (!proven || c.peak > limit || round + 1 >= ILP_ROUNDS) break;
+        round++;
       }
       if (limit <= too_low) limit = too_low + (above - too_low) / 2;
     }
