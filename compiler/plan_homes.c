@@ -282,11 +282,11 @@ static void refine(Search *s) {
 /* The ilp's search over homes jointly with the stashed decisions, in its
  * model with homes (plan_ilp_homes_search), from the best plan so far
  * with every optimizer op on the device (the model has no column for the
- * host optimizer yet: its homes stay) and from START where given: each
- * answer is judged by the simulator and the layout like every candidate;
- * where its layout overshoots the budget, the search runs again from the
- * same start with the model's limit lowered by the overshoot (twice at
- * most). */
+ * host optimizer yet: its homes stay) and from START where given and not
+ * the same (the same start descends to the same answer): each answer is
+ * judged by the simulator and the layout like every candidate; where its
+ * layout overshoots the budget, the search runs again from the same start
+ * with the model's limit lowered by the overshoot (twice at most). */
 static void model_search(Search *s, const Decision *start) {
   const Graph *g = s->g;
   int n = g->ntensors;
@@ -298,7 +298,7 @@ static void model_search(Search *s, const Decision *start) {
       memcpy(from, s->best, (size_t)n * sizeof *from);
       for (int t = 0; t < n; t++)
         if (from[t] == DEC_HOST_OPTIMIZER) from[t] = DEC_NONE;
-    } else if (start) {
+    } else if (start && memcmp(from, start, (size_t)n * sizeof *from)) {
       memcpy(from, start, (size_t)n * sizeof *from);
     } else {
       break;
