@@ -7,8 +7,10 @@
  * in the device memory they free. Where it finds one on a device with host
  * compute, the same plan with the optimizer on the host (its twin) is
  * judged too, and only where that is faster is the ilp solved again in
- * the bytes the twin frees. Each candidate plan is built and judged by the
- * simulator and the layout, so the plan returned is exact. Each set of
+ * the bytes the twin frees; where the ilp's plan is starved (re-runs and
+ * stalls over 15% of its ops' time), the path below starts from it too.
+ * Each candidate plan is built and judged by the simulator and the
+ * layout, so the plan returned is exact. Each set of
  * homes is tried with the optimizer on the device and, where the device
  * gives host compute, with every optimizer op whose optimizer state is
  * host-homed on the host: the simulator's faster step wins. Then the
@@ -354,7 +356,7 @@ static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
  * decisions already show, so a twin no faster there skips the solve
  * (docs/PLANNING.md 1.2). NOPT: how many optimizer states lead the
  * candidates; BYTES[k]: the first k's host bytes. */
-static void host_twin(Search *s, const Decision *dec, const SolverInfo *si, int nopt, const int64_t *bytes) {
+static double host_twin(Search *s, const Decision *dec, const SolverInfo *si, int nopt, const int64_t *bytes) {
   int64_t budget = s->o->budget_bytes, device_arena = consider(s, dec, si, false), arena = -1;
   double device_step = s->best_step;
   int best_k = 0;
@@ -366,6 +368,42 @@ static void host_twin(Search *s, const Decision *dec, const SolverInfo *si, int 
   }
   if (best_k > 0 && s->best_step != device_step && arena >= 0 && arena < device_arena)
     descend(s, best_k, bytes[best_k], budget + (device_arena - arena), budget);
+  return device_step;
+}
+
+/* Where the ilp's all-device plan spends more than this share of its ops'
+ * device time on re-runs and stalls, it is starved of device memory, as
+ * just above the ilp's smallest budget, where it re-runs or offloads
+ * nearly every stashed tensor while one byte below it the path below
+ * frees device bytes by host homes and keeps more (llama3-8b on
+ * h100-sxm-80g: 1.627 s there, 0.631 s one byte below; docs/PLANNING.md
+ * 1.2). The starved search runs there, so that the larger budget does not
+ * get the slower plan. Under the share it is not worth its solve (a device
+ * plan within it is within it of its ops' device time; gpt2-124m's
+ * midpoint is 6.7% over). */
+#define HOMES_STARVED 0.15
+
+/* Whether a plan simulated at STEP seconds is starved (HOMES_STARVED). */
+static bool starved(const Graph *g, const Device *d, double step) {
+  double ops = 0;
+  for (int i = 0; i < g->nops; i++) ops += cost_op_seconds(g, d, i);
+  return step > (1 + HOMES_STARVED) * ops;
+}
+
+/* The ilp met the budget with DEC (its run SI), but starved (HOMES_STARVED):
+ * the first candidate host-homed over its decisions frees device bytes
+ * at the peak (judge_homes: no solve), the ilp is solved again given
+ * them (descend), and the search over homes moves homes and activations
+ * together from the best of those, as below the ilp's smallest budget,
+ * whose path starts the same way (one candidate, then the search). The
+ * faster plan wins; BYTES[k]: the first k candidates' host bytes. */
+static void starved_search(Search *s, const Decision *dec, const SolverInfo *si, const int64_t *bytes) {
+  int64_t budget = s->o->budget_bytes, device_arena = consider(s, dec, si, false);
+  memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
+  int64_t arena = judge_homes(s, 1, si);
+  if (device_arena >= 0 && arena >= 0 && arena < device_arena)
+    descend(s, 1, bytes[1], budget + (device_arena - arena), budget);
+  model_search(s, NULL);
 }
 
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
@@ -470,12 +508,14 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
      * the host can be faster where all of them are not); where nothing
      * beats the ilp's plan, it stands with its solver fields. */
     rc = 0;
-    host_twin(&s, dec, si, nopt, bytes);
+    double device_step = host_twin(&s, dec, si, nopt, bytes);
     if (s.best_step < 0) goto out;
     double twin_step = s.best_step;
     bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
-    /* On small graphs, also the ilp's search over homes: homes that free
-     * bytes for fewer re-runs can beat the device plan. */
+    /* Also the ilp's search over homes, where homes that free bytes for
+     * fewer re-runs and offloads can beat the device plan: on small
+     * graphs always, on every graph where that plan is starved. */
+    if (ncand > 0 && starved(g, d, device_step)) starved_search(&s, dec, si, bytes);
     if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
     refine(&s);
     if (!twin_won && s.best_step == twin_step) goto out;
