@@ -13,10 +13,10 @@
  * gives host compute, with every optimizer op whose optimizer state is
  * host-homed on the host: the simulator's faster step wins. Then the
  * ilp's search over homes (plan_ilp_homes_search: its model with the
- * home columns, their copies and their compute share) moves homes and
- * activations together from the winner (its optimizer ops on the device:
- * the host optimizer is not a column yet, so where it runs stays this
- * rule's). On small graphs the simulator then refines the winner one
+ * home and host-optimizer columns, their copies, the host stream and
+ * their compute share) moves homes, optimizer ops' places and
+ * activations together from the winner and from the winner with its
+ * optimizer ops on the device. On small graphs the simulator then refines the winner one
  * decision, or one optimizer op's homes and place, at a time.
  */
 #include "ration.h"
@@ -278,36 +278,38 @@ static void refine(Search *s) {
   free(units);
 }
 
-/* The ilp's search over homes jointly with the stashed decisions, in its
- * model with homes (plan_ilp_homes_search), from the best plan so far
- * with every optimizer op on the device (the model has no column for the
- * host optimizer yet: its homes stay) and from START where given: each
- * answer is judged by the simulator and the layout like every candidate;
- * where its layout overshoots the budget, the search runs again from the
- * same start with the model's limit lowered by the overshoot (twice at
- * most). */
+/* The ilp's search over homes jointly with the stashed decisions and the
+ * optimizer ops' places, in its model with homes (plan_ilp_homes_search),
+ * from the best plan so far, from the same with its optimizer ops on the
+ * device (where it runs some on the host: the descent from either can end
+ * where the other's does not) and from START where given: each answer is
+ * judged by the simulator and the layout like every candidate; where its
+ * layout overshoots the budget, the search runs again from the same start
+ * with the model's limit lowered by the overshoot (twice at most). */
 static void model_search(Search *s, const Decision *start) {
   const Graph *g = s->g;
   int n = g->ntensors;
+  size_t size = (size_t)n * sizeof(Decision);
   int64_t budget = s->o->budget_bytes;
   double deadline = s->o->time_limit > 0 && s->o->deadline > 0 ? s->o->deadline : HUGE_VAL;
-  Decision *from = util_xcalloc((size_t)n + 1, sizeof *from);
-  for (int k = 0; from && k < 2 && s->best_step >= 0; k++) {
-    if (k == 0) {
-      memcpy(from, s->best, (size_t)n * sizeof *from);
+  Decision *from = util_xcalloc(3 * (size_t)n + 1, sizeof *from);
+  int nfrom = 0;
+  if (from && s->best_step >= 0) {
+    memcpy(from, s->best, size), nfrom++;
+    if (any_on_host(g, s->best)) {
+      memcpy(from + n, s->best, size), nfrom++;
       for (int t = 0; t < n; t++)
-        if (from[t] == DEC_HOST_OPTIMIZER) from[t] = DEC_NONE;
-    } else if (start) {
-      memcpy(from, start, (size_t)n * sizeof *from);
-    } else {
-      break;
+        if (from[n + t] == DEC_HOST_OPTIMIZER) from[n + t] = DEC_NONE;
     }
+    if (start) memcpy(from + (size_t)nfrom * n, start, size), nfrom++;
+  }
+  for (int k = 0; k < nfrom; k++) {
     int64_t limit = budget;
     for (int round = 0; round < 3 && !plan_past_deadline(s->o); round++) {
-      memcpy(s->alt, from, (size_t)n * sizeof *s->alt);
+      memcpy(s->alt, from + (size_t)k * n, size);
       if (plan_ilp_homes_search(g, s->d, limit, s->alt, deadline) != 1) break;
       double before = s->best_step;
-      int64_t arena = consider(s, s->alt, &s->si, false);
+      int64_t arena = consider(s, s->alt, &s->si, any_on_host(g, s->alt));
       if (arena <= budget || s->best_step != before) break;
       limit -= arena - budget;
     }
