@@ -7,7 +7,10 @@
  * in the device memory they free. Where it finds one on a device with host
  * compute, the same plan with the optimizer on the host (its twin) is
  * judged too, and only where that is faster is the ilp solved again in
- * the bytes the twin frees. Each candidate plan is built and judged by the
+ * the bytes the twin frees; where the twin wins, the path below the ilp's
+ * smallest budget runs at the budget too, so that a larger budget never
+ * gets a slower plan than that path found at a smaller one. Each
+ * candidate plan is built and judged by the
  * simulator and the layout, so the plan returned is exact. Each set of
  * homes is tried with the optimizer on the device and, where the device
  * gives host compute, with every optimizer op whose optimizer state is
@@ -369,6 +372,23 @@ static void host_twin(Search *s, const Decision *dec, const SolverInfo *si, int 
     descend(s, best_k, bytes[best_k], budget + (device_arena - arena), budget);
 }
 
+/* The fewest candidates whose bytes cover what the ilp alone lacks (FLOOR,
+ * its smallest budget or the budget itself, less the budget), else all the
+ * optimizer state, else everything: the first that fits. A plan that fits
+ * only with the optimizer on the host (its grads leave the device after
+ * their last accumulation) may be slower than one with more homes and the
+ * optimizer on the device: while the best runs optimizer ops on the host,
+ * the next prefix is tried too and the faster wins. NOPT: how many
+ * optimizer states lead the NCAND candidates; BYTES[k]: the first k's host
+ * bytes. */
+static void prefixes(Search *s, int ncand, int nopt, const int64_t *bytes, int64_t floor) {
+  int k1 = 1;
+  while (k1 < ncand && bytes[k1] < floor - s->o->budget_bytes) k1++;
+  int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
+  for (int i = 0; i < 3 && (s->best_step < 0 || (s->best_on_host && !plan_past_deadline(s->o))); i++)
+    if (i == 0 || ks[i] > ks[i - 1]) search_prefix(s, ks[i], bytes[ks[i]], floor);
+}
+
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
   int64_t resident, working, homeable = 0;
   int at;
@@ -475,6 +495,25 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     if (s.best_step < 0) goto out;
     double twin_step = s.best_step;
     bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
+    if (twin_won) {
+      Decision *best = util_xcalloc((size_t)n + 1, sizeof *best);
+      if (!best) {
+        err_set(e, "%s: out of memory", g->path);
+        rc = -1;
+        goto out;
+      }
+      Search below = s;
+      below.best = best, below.best_step = -1, below.last_k = -1;
+      below.work = (SolverInfo){0};
+      prefixes(&below, ncand, nopt, bytes, o->budget_bytes);
+      if (below.best_step >= 0) model_search(&below, NULL);
+      plan_add_work(&s.work, &below.work);
+      if (below.best_step >= 0 && below.best_step < s.best_step) {
+        memcpy(s.best, below.best, (size_t)n * sizeof *best);
+        s.best_step = below.best_step, s.best_on_host = below.best_on_host, s.si = below.si;
+      }
+      free(best);
+    }
     /* On small graphs, also the ilp's search over homes: homes that free
      * bytes for fewer re-runs can beat the device plan. */
     if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
@@ -490,18 +529,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     /* Its memory-minimizing solve needs no repeat where the ilp runs again
      * (try_homes: the same solve without a hint, on less host memory). */
     if (si->min_budget_known && !o->hint) s.least = dec, s.least_arena = least;
-    /* The fewest candidates whose bytes cover what the ilp alone lacks,
-     * else all the optimizer state, else everything: the first that fits.
-     * A plan that fits only with the optimizer on the host (its grads
-     * leave the device after their last accumulation) may be slower than
-     * one with more homes and the optimizer on the device: while the best
-     * runs optimizer ops on the host, the next prefix is tried too and the
-     * faster wins. */
-    int k1 = 1;
-    while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
-    int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
-    for (int i = 0; i < 3 && (s.best_step < 0 || (s.best_on_host && !plan_past_deadline(o))); i++)
-      if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
+    prefixes(&s, ncand, nopt, bytes, least);
     if (s.best_step < 0) {
       /* The smallest budget with every candidate home: the ilp's smallest
        * activations (at least) under them. */
