@@ -7,18 +7,19 @@
  * in the device memory they free. Where it finds one on a device with host
  * compute, the same plan with the optimizer on the host (its twin) is
  * judged too, and only where that is faster is the ilp solved again in
- * the bytes the twin frees; where the ilp's plan is starved (re-runs and
- * stalls over 15% of its ops' time), the path below starts from it too.
- * Each candidate plan is built and judged by the simulator and the
- * layout, so the plan returned is exact. Each set of
+ * the bytes the twin frees; where the twin wins, the path below the ilp's
+ * smallest budget runs at the budget too, and where the ilp's plan is
+ * starved (re-runs and stalls over 15% of its ops' time) it starts from
+ * that plan too. Each candidate plan is built and judged by the simulator
+ * and the layout, so the plan returned is exact. Each set of
  * homes is tried with the optimizer on the device and, where the device
  * gives host compute, with every optimizer op whose optimizer state is
  * host-homed on the host: the simulator's faster step wins. Then the
  * ilp's search over homes (plan_ilp_homes_search: its model with the
- * home columns, their copies and their compute share) moves homes and
- * activations together from the winner (its optimizer ops on the device:
- * the host optimizer is not a column yet, so where it runs stays this
- * rule's). On small graphs the simulator then refines the winner one
+ * home and host-optimizer columns, their copies, the host stream and
+ * their compute share) moves homes, optimizer ops' places and
+ * activations together from the winner and from the winner with its
+ * optimizer ops on the device. On small graphs the simulator then refines the winner one
  * decision, or one optimizer op's homes and place, at a time.
  */
 #include "ration.h"
@@ -281,36 +282,39 @@ static void refine(Search *s) {
   free(units);
 }
 
-/* The ilp's search over homes jointly with the stashed decisions, in its
- * model with homes (plan_ilp_homes_search), from the best plan so far
- * with every optimizer op on the device (the model has no column for the
- * host optimizer yet: its homes stay) and from START where given and not
- * the same (the same start descends to the same answer): each answer is
+/* The ilp's search over homes jointly with the stashed decisions and the
+ * optimizer ops' places, in its model with homes (plan_ilp_homes_search),
+ * from the best plan so far, from the same with its optimizer ops on the
+ * device (where it runs some on the host: the descent from either can end
+ * where the other's does not) and from START where given and not the same
+ * as the best (the same start descends to the same answer): each answer is
  * judged by the simulator and the layout like every candidate; where its
  * layout overshoots the budget, the search runs again from the same start
  * with the model's limit lowered by the overshoot (twice at most). */
 static void model_search(Search *s, const Decision *start) {
   const Graph *g = s->g;
   int n = g->ntensors;
+  size_t size = (size_t)n * sizeof(Decision);
   int64_t budget = s->o->budget_bytes;
   double deadline = s->o->time_limit > 0 && s->o->deadline > 0 ? s->o->deadline : HUGE_VAL;
-  Decision *from = util_xcalloc((size_t)n + 1, sizeof *from);
-  for (int k = 0; from && k < 2 && s->best_step >= 0; k++) {
-    if (k == 0) {
-      memcpy(from, s->best, (size_t)n * sizeof *from);
+  Decision *from = util_xcalloc(3 * (size_t)n + 1, sizeof *from);
+  int nfrom = 0;
+  if (from && s->best_step >= 0) {
+    memcpy(from, s->best, size), nfrom++;
+    if (any_on_host(g, s->best)) {
+      memcpy(from + n, s->best, size), nfrom++;
       for (int t = 0; t < n; t++)
-        if (from[t] == DEC_HOST_OPTIMIZER) from[t] = DEC_NONE;
-    } else if (start && memcmp(from, start, (size_t)n * sizeof *from)) {
-      memcpy(from, start, (size_t)n * sizeof *from);
-    } else {
-      break;
+        if (from[n + t] == DEC_HOST_OPTIMIZER) from[n + t] = DEC_NONE;
     }
+    if (start && memcmp(from, start, size)) memcpy(from + (size_t)nfrom * n, start, size), nfrom++;
+  }
+  for (int k = 0; k < nfrom; k++) {
     int64_t limit = budget;
     for (int round = 0; round < 3 && !plan_past_deadline(s->o); round++) {
-      memcpy(s->alt, from, (size_t)n * sizeof *s->alt);
+      memcpy(s->alt, from + (size_t)k * n, size);
       if (plan_ilp_homes_search(g, s->d, limit, s->alt, deadline) != 1) break;
       double before = s->best_step;
-      int64_t arena = consider(s, s->alt, &s->si, false);
+      int64_t arena = consider(s, s->alt, &s->si, any_on_host(g, s->alt));
       if (arena <= budget || s->best_step != before) break;
       limit -= arena - budget;
     }
@@ -404,6 +408,23 @@ static void starved_search(Search *s, const Decision *dec, const SolverInfo *si,
   if (device_arena >= 0 && arena >= 0 && arena < device_arena)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget);
   model_search(s, NULL);
+}
+
+/* The fewest candidates whose bytes cover what the ilp alone lacks (FLOOR,
+ * its smallest budget or the budget itself, less the budget), else all the
+ * optimizer state, else everything: the first that fits. A plan that fits
+ * only with the optimizer on the host (its grads leave the device after
+ * their last accumulation) may be slower than one with more homes and the
+ * optimizer on the device: while the best runs optimizer ops on the host,
+ * the next prefix is tried too and the faster wins. NOPT: how many
+ * optimizer states lead the NCAND candidates; BYTES[k]: the first k's host
+ * bytes. */
+static void prefixes(Search *s, int ncand, int nopt, const int64_t *bytes, int64_t floor) {
+  int k1 = 1;
+  while (k1 < ncand && bytes[k1] < floor - s->o->budget_bytes) k1++;
+  int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
+  for (int i = 0; i < 3 && (s->best_step < 0 || (s->best_on_host && !plan_past_deadline(s->o))); i++)
+    if (i == 0 || ks[i] > ks[i - 1]) search_prefix(s, ks[i], bytes[ks[i]], floor);
 }
 
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
@@ -512,9 +533,28 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     if (s.best_step < 0) goto out;
     double twin_step = s.best_step;
     bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
+    if (twin_won) {
+      Decision *best = util_xcalloc((size_t)n + 1, sizeof *best);
+      if (!best) {
+        err_set(e, "%s: out of memory", g->path);
+        rc = -1;
+        goto out;
+      }
+      Search below = s;
+      below.best = best, below.best_step = -1, below.last_k = -1;
+      below.work = (SolverInfo){0};
+      prefixes(&below, ncand, nopt, bytes, o->budget_bytes);
+      if (below.best_step >= 0) model_search(&below, NULL);
+      plan_add_work(&s.work, &below.work);
+      if (below.best_step >= 0 && below.best_step < s.best_step) {
+        memcpy(s.best, below.best, (size_t)n * sizeof *best);
+        s.best_step = below.best_step, s.best_on_host = below.best_on_host, s.si = below.si;
+      }
+      free(best);
+    }
     /* Also the ilp's search over homes, where homes that free bytes for
-     * fewer re-runs and offloads can beat the device plan: on small
-     * graphs always, on every graph where that plan is starved. */
+     * fewer re-runs and offloads can beat the device plan: on every graph
+     * where that plan is starved, from it, and on small graphs always. */
     if (ncand > 0 && starved(g, d, device_step)) starved_search(&s, dec, si, bytes);
     if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
     refine(&s);
@@ -529,18 +569,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     /* Its memory-minimizing solve needs no repeat where the ilp runs again
      * (try_homes: the same solve without a hint, on less host memory). */
     if (si->min_budget_known && !o->hint) s.least = dec, s.least_arena = least;
-    /* The fewest candidates whose bytes cover what the ilp alone lacks,
-     * else all the optimizer state, else everything: the first that fits.
-     * A plan that fits only with the optimizer on the host (its grads
-     * leave the device after their last accumulation) may be slower than
-     * one with more homes and the optimizer on the device: while the best
-     * runs optimizer ops on the host, the next prefix is tried too and the
-     * faster wins. */
-    int k1 = 1;
-    while (k1 < ncand && bytes[k1] < least - o->budget_bytes) k1++;
-    int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
-    for (int i = 0; i < 3 && (s.best_step < 0 || (s.best_on_host && !plan_past_deadline(o))); i++)
-      if (i == 0 || ks[i] > ks[i - 1]) search_prefix(&s, ks[i], bytes[ks[i]], least);
+    prefixes(&s, ncand, nopt, bytes, least);
     if (s.best_step < 0) {
       /* The smallest budget with every candidate home: the ilp's smallest
        * activations (at least) under them. */

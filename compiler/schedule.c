@@ -104,13 +104,13 @@ void plan_home_copies(const Graph *g, const Device *d, const Decision *dec, cons
   h->wait_op = -1;
   if (h->last_write < 0) return;
   /* Hold the device copy until the copy back has had the following ops'
-   * time to run, and at least until its last reader. */
+   * device time to run, and at least until its last reader. Every op's
+   * device time counts, on the host or not: where each copy is waited for
+   * then depends on no other op's place, so the ilp models a host
+   * optimizer op by its own terms alone (compiler/ilp/homes.c). */
   double copy = cost_d2h_seconds(d, g->tensors[t].bytes), covered = 0;
   int w = h->last_write;
-  while (covered < copy && w + 1 < g->nops) {
-    w++;
-    if (!plan_op_on_host(g, dec, w)) covered += cost_op_seconds(g, d, w);
-  }
+  while (covered < copy && w + 1 < g->nops) covered += cost_op_seconds(g, d, ++w);
   /* The host optimizer reads the copy: it is waited for before that op. */
   int host_op = to_host_optimizer ? plan_host_optimizer_op(g, t) : -1;
   if (host_op >= 0 && w >= host_op) w = host_op - 1;

@@ -99,6 +99,39 @@ static Decision random_home(const Graph *g, int t) {
   return plan_home_allowed(g, t, DEC_HOST) && rand() % 4 ? DEC_HOST : DEC_NONE;
 }
 
+/* Whether param x may be host-refetch with optimizer op `op` on the host:
+ * it keeps a use after the forward on the device (else its second window
+ * would follow the re-runs alone, which the model leaves out). */
+static bool refetch_beside(const Graph *g, int x, int op) {
+  if (!plan_home_allowed(g, x, DEC_HOST_REFETCH)) return false;
+  for (int i = 0; i < g->nops; i++) {
+    const Op *o = &g->ops[i];
+    for (int k = 0; i != op && o->phase != PHASE_FORWARD && k < o->ninputs + o->noutputs; k++)
+      if ((k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs]) == x) return true;
+  }
+  return false;
+}
+
+/* Runs about one in `one_in` optimizer ops that may run on the host
+ * there (where d gives host compute), their params and optimizer state
+ * host-homed (host-refetch or host where not already homed). How many. */
+static int random_host_optimizer(const Graph *g, const Device *d, Decision *dec, int one_in) {
+  int n = 0;
+  for (int t = 0; d->host_memory_gbps > 0 && t < g->ntensors; t++) {
+    int op = plan_host_optimizer_op(g, t);
+    if (op < 0 || rand() % one_in) continue;
+    const Op *o = &g->ops[op];
+    for (int k = 0; k < o->ninputs + o->noutputs; k++) {
+      int x = k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs];
+      if (x == t || dec[x] == DEC_HOST || (dec[x] == DEC_HOST_REFETCH && refetch_beside(g, x, op))) continue;
+      dec[x] = refetch_beside(g, x, op) && rand() % 2 ? DEC_HOST_REFETCH : DEC_HOST;
+    }
+    dec[t] = DEC_HOST_OPTIMIZER;
+    n++;
+  }
+  return n;
+}
+
 /* A descent's sequence of vectors: trials one to three decisions away
  * from the current vector, one in four taken as the next current (so the
  * vectors drift from any base), one in twenty a fresh random vector: the
@@ -114,27 +147,31 @@ static void check_eval_incremental(const Graph *g, const Device *d, int n, unsig
      * from its base's is evaluated whole, one whose activations alone
      * differ incrementally over a base with homes. */
     bool homes = model == PLAN_ILP_WITH_HOMES;
-    int homed = 0;
+    int homed = 0, on_host = 0;
     srand(seed);
     for (int it = 0; it < n; it++) {
       Decision *v = decs + (size_t)it * nt;
       bool fresh = it == 0 || rand() % 20 == 0;
       for (size_t t = 0; fresh && t < nt; t++) cur[t] = homes && rand() % 3 == 0 ? random_home(g, (int)t) : DEC_NONE;
+      if (fresh && homes && rand() % 2) random_host_optimizer(g, d, cur, 4);
       for (int i = 0; fresh && i < g->nstashed; i++) cur[g->stashed[i]] = (Decision)(rand() % 3);
       memcpy(v, cur, nt * sizeof *v);
       for (int k = 1 + rand() % 3; !fresh && k > 0; k--) {
         int t = homes && rand() % 8 == 0 ? rand() % g->ntensors : -1;
-        if (t >= 0) v[t] = random_home(g, t);
+        if (t >= 0 && rand() % 4 == 0) random_host_optimizer(g, d, v, 8);
+        else if (t >= 0) v[t] = plan_host_optimizer_op(g, t) >= 0 ? DEC_NONE : random_home(g, t);
         else v[g->stashed[rand() % g->nstashed]] = (Decision)(rand() % 3);
       }
       if (rand() % 4 == 0) memcpy(cur, v, nt * sizeof *v);
       for (size_t t = 0; t < nt; t++) homed += v[t] == DEC_HOST || v[t] == DEC_HOST_REFETCH;
+      for (size_t t = 0; t < nt; t++) on_host += v[t] == DEC_HOST_OPTIMIZER;
     }
     Err e;
     int differ = -1;
     T_CHECKF(plan_ilp_eval_check(g, d, model, decs, n, &differ, &e) == 0, "%s: %s", g->name, e.msg);
     T_CHECKF(differ == 0, "%s%s: %d of %d vectors evaluated incrementally differ", g->name, model_name[model], differ, n);
     T_CHECKF(!homes || homed > 0, "%s: no vector homed anything", g->name);
+    T_CHECKF(!homes || on_host > 0 || !(d->host_memory_gbps > 0), "%s: no vector ran an optimizer op on the host", g->name);
   }
   free(decs), free(cur);
 }
@@ -146,7 +183,7 @@ static void check_eval_incremental(const Graph *g, const Device *d, int n, unsig
 static void check_model_homes_exact(const Graph *g, const Device *d, int n, unsigned seed) {
   Decision *dec = calloc((size_t)g->ntensors, sizeof *dec);
   srand(seed);
-  int bad = 0, homed = 0;
+  int bad = 0, homed = 0, on_host = 0;
   for (int it = 0; it < n; it++) {
     int bias = rand() % 4, share = 1 + rand() % 3;
     for (int t = 0; t < g->ntensors; t++) {
@@ -156,11 +193,13 @@ static void check_model_homes_exact(const Graph *g, const Device *d, int n, unsi
       else if (plan_home_allowed(g, t, DEC_HOST)) dec[t] = DEC_HOST;
       homed += dec[t] != DEC_NONE;
     }
+    if (it % 2) on_host += random_host_optimizer(g, d, dec, 1 + rand() % 4);
     for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = (Decision)(rand() % 2 ? bias % 3 : rand() % 3);
     bad += !peak_exact(g, d, dec, "homes ", it);
   }
   T_CHECKF(bad == 0, "%s on %s: %d of %d vectors with homes differ", g->name, d->name, bad, n);
   T_CHECKF(homed > 0, "%s: no vector homed anything", g->name);
+  T_CHECKF(on_host > 0 || !(d->host_memory_gbps > 0), "%s: no vector ran an optimizer op on the host", g->name);
   free(dec);
 }
 
@@ -181,7 +220,7 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
   int nt = g->ntensors;
   Decision *dec = calloc((size_t)nt, sizeof *dec), *bare = calloc((size_t)nt, sizeof *bare);
   srand(seed);
-  int below = 0, homed = 0, stalled = 0, host_bad = 0, equal = 0;
+  int below = 0, homed = 0, stalled = 0, host_bad = 0, equal = 0, on_host = 0;
   double worst = 0;
   for (int it = 0; it < n; it++) {
     int share = 1 + rand() % 3, offload_pct = rand() % 60;
@@ -192,6 +231,7 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
       else if (plan_home_allowed(g, t, DEC_HOST)) dec[t] = DEC_HOST;
       homed += dec[t] != DEC_NONE;
     }
+    if (it % 2) on_host += random_host_optimizer(g, d, dec, 1 + rand() % 4);
     for (int i = 0; i < g->nstashed; i++) dec[g->stashed[i]] = rand() % 100 < offload_pct ? DEC_OFFLOAD : DEC_KEEP;
     for (int t = 0; t < nt; t++) bare[t] = graph_is_resident(&g->tensors[t]) ? DEC_NONE : dec[t];
     Err e;
@@ -215,8 +255,9 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
   T_CHECKF(below == 0, "%s on %s: %d of %d vectors with homes: objective below the simulator", g->name, d->name, below, n);
   T_CHECKF(host_bad == 0, "%s on %s: %d of %d vectors with homes: host bytes differ", g->name, d->name, host_bad, n);
   T_CHECKF(homed > 0 && stalled > 0, "%s on %s: %d homes, %d vectors stalled", g->name, d->name, homed, stalled);
-  printf("  %s on %s: %d vectors, %d stalled, %d equal to the simulator, the rest above by at most %.4f%%\n", g->name,
-         d->name, n, stalled, equal, worst * 100);
+  T_CHECKF(on_host > 0 || !(d->host_memory_gbps > 0), "%s on %s: no vector ran an optimizer op on the host", g->name, d->name);
+  printf("  %s on %s: %d vectors (%d optimizer ops on the host), %d stalled, %d equal to the simulator, the rest above by at most %.4f%%\n", g->name,
+         d->name, n, on_host, stalled, equal, worst * 100);
   free(dec), free(bare);
 }
 

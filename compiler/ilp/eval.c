@@ -77,11 +77,12 @@ int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
   const Graph *g = md->g;
   int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
   int rc = !rerun || !need || eval_decisions(md, dec, x, rerun, need) ? -1 : 0;
+  if (rc == 0) {
+    ilp_eval_stalls(md, dec, rerun, STALL_ROWS | STALL_QUEUES, x);
+    *peak = eval_peak(md, x, INT64_MAX, NULL);
+  }
   free(rerun), free(need);
-  if (rc) return -1;
-  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
-  *peak = eval_peak(md, x, INT64_MAX, NULL);
-  return 0;
+  return rc;
 }
 
 /* ------------------------------------------------------------ incremental evaluation */
@@ -114,6 +115,7 @@ typedef struct Undo {
 
 struct EvalCache {
   bool indexed, based;
+  bool host_ops; /* the base runs optimizer ops on the host */
   int *dep_first, *dep;                /* per column: the products with a factor reading it */
   int *evc_first, *evc_pos;            /* per column: its memory events' positions and bytes */
   int64_t *evc_bytes;
@@ -233,8 +235,10 @@ static int64_t range_max(const Ilp *md, const EvalCache *c, int p0, int p1) {
 static int rebase(const Ilp *md, EvalCache *c, const Decision *dec) {
   c->based = false;
   if (eval_decisions(md, dec, c->x, c->rerun, c->need)) return -1;
-  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, c->x);
+  ilp_eval_stalls(md, dec, c->rerun, STALL_ROWS | STALL_QUEUES, c->x);
   eval_peak(md, c->x, INT64_MAX, c->live);
+  c->host_ops = false;
+  for (int t = 0; t < md->g->ntensors; t++) c->host_ops |= dec[t] == DEC_HOST_OPTIMIZER;
   build_range_max(md, c);
   memcpy(c->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
   c->based = true;
@@ -380,13 +384,15 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
      * grew, else at least 0. Not where copies take a share of the compute
      * stream: each added copy then also moves the later due ops, so the
      * others' lateness, and Q, can fall (its share is in the objective
-     * through the offload's own column). A vector already at the cap by
-     * that bound is at it (rounding is monotone). */
+     * through the offload's own column). Nor where ops run on the host:
+     * the host stream's end is in Q, and the re-runs before it move it
+     * too. A vector already at the cap by that bound is at it (rounding
+     * is monotone). */
     int last = md->col_q ? md->col_q[g->nops - 1] : -1;
-    if (offloads_moved && last >= 0) {
-      if (!offloads_grew || md->d->copy_compute_share > 0) set_col(c, last, 0);
+    if ((offloads_moved || (reruns_moved && c->host_ops)) && last >= 0) {
+      if (!offloads_grew || md->d->copy_compute_share > 0 || c->host_ops) set_col(c, last, 0);
       if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
-      ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
+      ilp_eval_stalls(md, dec, reruns_moved ? c->rerun_q : c->rerun, STALL_ROWS | STALL_QUEUES, x);
       set_col(c, last, x[last]);
     }
     if (c->failed) {
@@ -451,9 +457,9 @@ int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double
   int64_t peak;
   if (eval_unlimited(&md, g, d, dec, &x, &peak, e)) return -1;
   int last = md.col_q[g->nops - 1], rc = 0;
-  ilp_eval_stalls(&md, dec, STALL_ROWS, x);
+  ilp_eval_stalls(&md, dec, NULL, STALL_ROWS, x);
   *rows_us = x[last];
-  ilp_eval_stalls(&md, dec, STALL_QUEUES, x);
+  ilp_eval_stalls(&md, dec, NULL, STALL_QUEUES, x);
   *queues_us = x[last];
   if (lp_us) {
     /* The decisions and re-runs fixed, the LP's least Q[last]: the rows'

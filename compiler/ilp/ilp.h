@@ -22,7 +22,8 @@
  *             (consumers, candidates, positions), the columns, the re-run
  *             rows, and building and freeing it
  *   memory.c  the memory rows
- *   homes.c   the host homes' columns and their memory terms
+ *   homes.c   the host homes' and host optimizers' columns, their memory
+ *             terms and copies, and the search over them
  *   stalls.c  the copy-stall rows and a decision vector's stalls
  *   cuts.c    the c-MIR cuts of branch and bound
  *   eval.c    a decision vector's columns, objective and peak
@@ -101,14 +102,16 @@ typedef struct Fifo {
   double cap;
 } Fifo;
 
-/* One copy a host home adds on a copy stream (homes.c): stream 1 a
- * window's prefetch from the home, stream 0 the copy back after the last
- * write; issued at op `issue` (stream 1: at the start of its group; 0:
- * after it) and due at op `due` (1: in its prelude; 0: after it), as
+/* One copy a host home or a host optimizer adds on a copy stream
+ * (homes.c): stream 1 a window's prefetch from the home, stream 0 the copy
+ * back after the last write (a grad's: its copy to the host optimizer);
+ * issued at op `issue` (stream 1: at the start of its group; 0: after it)
+ * and due at op `due` (1: in its prelude; 0: after it), as
  * plan_home_copies places them. `refetch`: host-refetch's second window,
- * which host does not have. */
+ * which host does not have. `gone`: the grad whose host optimizer takes
+ * the copy away (its op reads and writes the home itself), -1. */
 typedef struct HomeCopy {
-  int t, issue, due;
+  int t, issue, due, gone;
   bool refetch;
   double us;
 } HomeCopy;
@@ -121,6 +124,10 @@ typedef struct Ilp {
   int depth; /* pulls reach at most this many ops before an op's own need; <= 0: unbounded */
   int *colK, *colR, *colO; /* per tensor, -1 */
   int *colH, *colF;         /* per resident tensor: host home, host-refetch home (homes.c), -1 */
+  int *colX;                /* per grad: its optimizer op on the host (homes.c), -1 */
+  int *xneed;               /* per tensor: the grad whose X needs it host-homed, -1 */
+  bool *xhost;              /* per tensor: ... homed as host (host-refetch's second window would follow the re-runs) */
+  int *xgrad, *xcopy;       /* per op: the grad whose X runs it on the host, its copy's index in hcopy[0]; -1 */
   bool homes;               /* the home columns are built (ilp_build_with_homes) */
   HomeCopy *hcopy[2];       /* per stream, the home copies in queue order (issue op, due op, tensor, window) */
   int nhcopy[2];
@@ -255,19 +262,24 @@ void ilp_build_rows(Ilp *md, int64_t budget);
  * live earlier, from the issue point of a forward consumer's re-run that
  * needs it first (the re-run's op, by Y). */
 void ilp_early_need(Ilp *md, int t, const Lin *alive, int after, int need, int issue, int64_t bytes);
+/* Live (alive) from position p0 on while one of t's forward consumers
+ * still has to re-run (a re-run reads t, so it extends t's residency). */
+void ilp_extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes);
 
 /* ------------------------------------------------------------ homes.c */
 
-/* Called by ilp_build after the memory terms: colH and colF, and where
- * md->homes the columns H and F of the params and optimizer state the
- * step writes, their terms, and H + F <= 1. */
+/* Called by ilp_build after the memory terms: colH, colF and colX, and
+ * where md->homes the columns H and F of the params and optimizer state
+ * the step writes, X of the optimizer ops the host may run, their terms,
+ * H + F <= 1 and X <= H + F of each of its op's operands. */
 void ilp_build_homes(Ilp *md);
-/* Sets the home columns of dec in x (after the decisions' columns): -1
- * for a home the model has no column for (the host optimizer included).
- * A solve's model (no home columns) reads every home as the device's. */
+/* Sets the home and host-optimizer columns of dec in x (after the
+ * decisions' columns): -1 for a home or host optimizer the model has no
+ * column for, or a host optimizer whose operands are not host-homed. A
+ * solve's model (no home columns) reads every home as the device's. */
 int ilp_eval_homes(const Ilp *md, const Decision *dec, double *x);
-/* The host row's bytes at x: every offloaded tensor and host home, its
- * bytes aligned (plan_host_share). */
+/* The host row's bytes at x: every offloaded tensor, host home and host
+ * optimizer's grad, its bytes aligned (plan_host_share). */
 int64_t ilp_host_bytes(const Ilp *md, const double *x);
 
 /* ------------------------------------------------------------ stalls.c */
@@ -277,7 +289,9 @@ int64_t ilp_host_bytes(const Ilp *md, const double *x);
 int ilp_issue_op(const Ilp *md, int stream, int t);
 int ilp_due_op(const Ilp *md, int stream, int t);
 void ilp_build_stalls(Ilp *md);
-void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x);
+/* rerun: plan_family_positions' re-run ops of dec, whose time comes
+ * before a host op (NULL: none counted). */
+void ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int parts, double *x);
 
 /* ------------------------------------------------------------ cuts.c */
 

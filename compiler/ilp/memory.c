@@ -24,9 +24,7 @@ static int last_consumer_rerun(const Ilp *md, int t) {
   return last;
 }
 
-/* Live from position p0 on while one of t's forward consumers still has to
- * re-run (a re-run reads t, so it extends t's residency). */
-static void extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
+void ilp_extension(Ilp *md, int t, int p0, const Lin *alive, int64_t bytes) {
   int last = last_consumer_rerun(md, t);
   Run *run = &md->run;
   Sig *sg = &md->sig;
@@ -97,12 +95,12 @@ void ilp_build_memory(Ilp *md) {
       ilp_term(md, p0, md->grp_comp[lfr], &r, x->bytes);
       ilp_term(md, p0, md->grp_comp[plan_offload_wait_op(g, md->d, t)], &o, x->bytes);
       /* A kept tensor stays while a later re-run still reads it. */
-      if (lr + 1 < n) extension(md, t, md->grp_first[lr + 1], &k, x->bytes);
+      if (lr + 1 < n) ilp_extension(md, t, md->grp_first[lr + 1], &k, x->bytes);
       /* The prefetched copy: from the issue point of its first need. */
       int f = x->first_bwd_read, w = plan_offload_wait_op(g, md->d, t);
       int issue_f = plan_prefetch_issue_op(g, md->d, t, f);
       ilp_term(md, md->grp_first[issue_f], md->grp_comp[lr], &o, x->bytes);
-      if (lr + 1 < n) extension(md, t, md->grp_first[lr + 1], &o, x->bytes);
+      if (lr + 1 < n) ilp_extension(md, t, md->grp_first[lr + 1], &o, x->bytes);
       ilp_early_need(md, t, &o, w, f, issue_f, x->bytes);
     }
   }

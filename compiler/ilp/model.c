@@ -609,6 +609,7 @@ static void build_reruns(Ilp *md) {
 void ilp_free(Ilp *md) {
   milp_model_free(&md->m);
   free(md->colK), free(md->colR), free(md->colO), free(md->colH), free(md->colF);
+  free(md->colX), free(md->xneed), free(md->xhost), free(md->xgrad), free(md->xcopy);
   for (int s = 0; s < 2; s++) free(md->hcopy[s]), free(md->hdue_first[s]), free(md->hdue[s]);
   free(md->cand_first), free(md->cand_n), free(md->cand_t), free(md->ycol);
   free(md->pos_op), free(md->pos_q), free(md->grp_first), free(md->grp_comp);

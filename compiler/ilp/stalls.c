@@ -346,13 +346,27 @@ static void offloaded_free(Offloaded *o) {
  * at each copy's issue as sim.c does: it moves every later op). */
 typedef struct Streams {
   int next[2], hnext[2];
-  double busy[2], shift;
+  double busy[2], shift, host; /* host: when the host stream is done with its ops so far */
   double *finish;     /* per stream and tensor: the offloaded activations' copies */
   double *hfinish[2]; /* per stream and home copy */
 } Streams;
 
 static bool home_copy_on(const HomeCopy *c, const Decision *dec) {
-  return dec[c->t] == DEC_HOST_REFETCH || (dec[c->t] == DEC_HOST && !c->refetch);
+  if (c->gone >= 0 && dec[c->gone] == DEC_HOST_OPTIMIZER) return false;
+  return dec[c->t] == DEC_HOST_OPTIMIZER || dec[c->t] == DEC_HOST_REFETCH || (dec[c->t] == DEC_HOST && !c->refetch);
+}
+
+/* Op b run on the host where dec says so (its grad's X), v the stalls so
+ * far: it starts once the host stream is free, the compute stream has
+ * reached it (re-runs come before, rerun_us) and its grad's copy has
+ * landed, as sim.c runs it; its device time leaves the compute stream. */
+static void host_op(const Ilp *md, const Decision *dec, int b, double v, double rerun_us, Streams *st) {
+  int gr = md->xgrad ? md->xgrad[b] : -1;
+  if (gr < 0 || dec[gr] != DEC_HOST_OPTIMIZER) return;
+  double start = fmax(st->host, t_before(md, b) + v + st->shift + rerun_us);
+  start = fmax(start, st->hfinish[0][md->xcopy[b]]);
+  st->host = start + cost_host_op_seconds(md->g, md->d, b) * 1e6;
+  st->shift -= ilp_op_us(md, b);
 }
 
 /* Runs stream s's copies issued at op b, v the stalls so far: the
@@ -410,7 +424,7 @@ static double wait_copies(const Ilp *md, const Decision *dec, const Offloaded *o
  * share of the compute stream the rows, which leave it out, are not
  * bounds of the queues and only the queues count. parts selects the rows,
  * the queues or both (the test hook compares the two). */
-void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
+void ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int parts, double *x) {
   const Graph *g = md->g;
   int n = g->nops, nt = g->ntensors;
   if (!md->col_q) return;
@@ -437,9 +451,13 @@ void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
   /* In step order within op b: prefetches issued, prefetches waited for
    * (its prelude), the op, offloads issued, offloads waited for. */
   Streams st = {.finish = finish, .hfinish = {hfinish, hfinish + md->nhcopy[0]}};
+  double rerun_us = 0;
+  for (int j = 0; rerun && j < n; j++)
+    if (rerun[j] >= 0) rerun_us += ilp_op_us(md, j);
   for (int b = 0; b < n; b++) {
     double v = b ? q[b - 1] : 0;
     for (int s = 1; s >= 0 && (parts & STALL_QUEUES); s--) {
+      if (s == 0) host_op(md, dec, b, v, rerun_us, &st);
       issue_copies(md, dec, s, b, v, &st);
       v = wait_copies(md, dec, &off, s, b, v, &st);
     }
@@ -470,5 +488,8 @@ void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x) {
     q[b] = v;
     x[md->col_q[b]] = v;
   }
+  /* The step ends when the host ops are done too (sim.c's host waits). */
+  double end = md->t_end[n - 1] + st.shift + rerun_us + q[n - 1];
+  if ((parts & STALL_QUEUES) && st.host > end) x[md->col_q[n - 1]] = q[n - 1] + st.host - end;
   free(q), free(finish), free(hfinish), offloaded_free(&off);
 }
