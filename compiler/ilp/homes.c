@@ -445,6 +445,41 @@ static bool home_exchanges(const Ilp *md, Candidate *best, int64_t limit, double
   return best->objective < before - 1e-9;
 }
 
+/* One optimizer op moved back to the device and another to the host, each
+ * with what it requires (take): where the host stream has room for only
+ * a few updates, which ones is a choice single moves cannot revise (each
+ * half of the swap alone is slower: one more update on the device, or one
+ * more on a full host stream). The best swap that fits and is faster is
+ * taken. Whether best improved. */
+static bool host_swaps(const Ilp *md, Candidate *best, int64_t limit, double *x, Decision *cur, long *evals, double deadline) {
+  const Graph *g = md->g;
+  int n = g->ntensors;
+  size_t size = (size_t)n * sizeof *cur;
+  Decision *top = util_xcalloc((size_t)n + 1, sizeof *top);
+  double top_obj = best->objective;
+  bool found = false;
+  for (int t = 0; top && t < n && *evals > 0 && util_now() < deadline; t++) {
+    if (md->colX[t] < 0 || best->dec[t] != DEC_HOST_OPTIMIZER) continue;
+    for (int u = 0; u < n && *evals > 0; u++) {
+      if (md->colX[u] < 0 || best->dec[u] == DEC_HOST_OPTIMIZER) continue;
+      memcpy(cur, best->dec, size);
+      take(md, cur, t, DEC_NONE);
+      take(md, cur, u, DEC_HOST_OPTIMIZER);
+      int64_t peak;
+      double obj;
+      (*evals)--;
+      if (ilp_host_fits(md, cur) && ilp_eval_within(md, cur, x, top_obj - 1e-9, limit, &peak, &obj) == 1) {
+        memcpy(top, cur, size);
+        top_obj = obj, found = true;
+      }
+    }
+  }
+  double before = best->objective;
+  if (found) ilp_consider(md, best, top, limit, x);
+  free(top);
+  return best->objective < before - 1e-9;
+}
+
 /* ------------------------------------------------------------ public */
 
 int plan_ilp_homes_search(const Graph *g, const Device *d, int64_t budget, Decision *dec, double deadline) {
@@ -475,7 +510,8 @@ int plan_ilp_homes_search(const Graph *g, const Device *d, int64_t budget, Decis
       ilp_improve(&md, &best, budget, x, deadline, evals, true);
       evals -= g->nstashed; /* the descent counts its own; its share of the whole */
       moved = home_moves(&md, &best, budget, x, cur, places, &evals, deadline) ||
-              home_exchanges(&md, &best, budget, x, cur, places, &evals, deadline) || best.objective < before - 1e-9;
+              home_exchanges(&md, &best, budget, x, cur, places, &evals, deadline) ||
+              (places && host_swaps(&md, &best, budget, x, cur, &evals, deadline)) || best.objective < before - 1e-9;
     }
   if (best.objective < start - 1e-9) {
     memcpy(dec, best.dec, (size_t)n * sizeof *dec);
