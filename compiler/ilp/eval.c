@@ -79,7 +79,7 @@ int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
   int rc = !rerun || !need || eval_decisions(md, dec, x, rerun, need) ? -1 : 0;
   free(rerun), free(need);
   if (rc) return -1;
-  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
+  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, HUGE_VAL, x);
   *peak = eval_peak(md, x, INT64_MAX, NULL);
   return 0;
 }
@@ -233,7 +233,7 @@ static int64_t range_max(const Ilp *md, const EvalCache *c, int p0, int p1) {
 static int rebase(const Ilp *md, EvalCache *c, const Decision *dec) {
   c->based = false;
   if (eval_decisions(md, dec, c->x, c->rerun, c->need)) return -1;
-  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, c->x);
+  ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, HUGE_VAL, c->x);
   eval_peak(md, c->x, INT64_MAX, c->live);
   build_range_max(md, c);
   memcpy(c->dec, dec, (size_t)md->g->ntensors * sizeof(Decision));
@@ -385,9 +385,18 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
     int last = md->col_q ? md->col_q[g->nops - 1] : -1;
     if (offloads_moved && last >= 0) {
       if (!offloads_grew || md->d->copy_compute_share > 0) set_col(c, last, 0);
-      if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
-      ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, x);
-      set_col(c, last, x[last]);
+      double lower = c->x[last], coef = md->m.obj[last], at_lower = ilp_objective_of(md, c->x);
+      if (!c->failed && at_lower >= obj_cap) goto out;
+      /* The pass may stop once Q alone takes the objective to the cap; the
+       * objective at that Q, summed whole, then decides (where rounding
+       * leaves it short of the cap, the pass runs again to the end). */
+      double stop_at = coef > 0 ? lower + (obj_cap - at_lower) / coef : HUGE_VAL;
+      double q = ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, stop_at, x);
+      set_col(c, last, q);
+      if (q >= stop_at) {
+        if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
+        set_col(c, last, ilp_eval_stalls(md, dec, STALL_ROWS | STALL_QUEUES, HUGE_VAL, x));
+      }
     }
     if (c->failed) {
       rc = -1;
@@ -451,9 +460,9 @@ int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double
   int64_t peak;
   if (eval_unlimited(&md, g, d, dec, &x, &peak, e)) return -1;
   int last = md.col_q[g->nops - 1], rc = 0;
-  ilp_eval_stalls(&md, dec, STALL_ROWS, x);
+  ilp_eval_stalls(&md, dec, STALL_ROWS, HUGE_VAL, x);
   *rows_us = x[last];
-  ilp_eval_stalls(&md, dec, STALL_QUEUES, x);
+  ilp_eval_stalls(&md, dec, STALL_QUEUES, HUGE_VAL, x);
   *queues_us = x[last];
   if (lp_us) {
     /* The decisions and re-runs fixed, the LP's least Q[last]: the rows'

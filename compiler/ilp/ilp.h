@@ -277,7 +277,7 @@ int64_t ilp_host_bytes(const Ilp *md, const double *x);
 int ilp_issue_op(const Ilp *md, int stream, int t);
 int ilp_due_op(const Ilp *md, int stream, int t);
 void ilp_build_stalls(Ilp *md);
-void ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double *x);
+double ilp_eval_stalls(const Ilp *md, const Decision *dec, int parts, double stop_at, double *x);
 
 /* ------------------------------------------------------------ cuts.c */
 
