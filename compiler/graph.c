@@ -213,7 +213,7 @@ static int parse_tensor(Ctx *c, const JsonPath *p, const cJSON *obj, Tensor *t) 
   t->bytes = bytes;
   if (!util_add_i64(c->total_bytes, bytes, &c->total_bytes) || c->total_bytes > JSON_MAX_BYTES)
     return json_err(c->e, c->file, &ps, "the graph's tensors add up to more than 2^53 bytes (8 PiB, the limit)");
-  t->producer = t->first_read = t->last_read = t->last_fwd_read = t->first_bwd_read = t->first_use = -1;
+  t->producer = t->first_read = t->last_read = t->last_write = t->last_fwd_read = t->first_bwd_read = t->first_use = -1;
   return 0;
 }
 
@@ -374,8 +374,11 @@ static int derive(Ctx *c) {
       else if (t->first_bwd_read < 0)
         t->first_bwd_read = i;
     }
-    for (int k = 0; k < op->noutputs; k++)
-      if (g->tensors[op->outputs[k]].first_use < 0) g->tensors[op->outputs[k]].first_use = i;
+    for (int k = 0; k < op->noutputs; k++) {
+      Tensor *t = &g->tensors[op->outputs[k]];
+      if (t->first_use < 0) t->first_use = i;
+      t->last_write = i;
+    }
   }
   int n = 0;
   for (int t = 0; t < g->ntensors; t++) {
@@ -501,7 +504,7 @@ int graph_add_runtime_tensor(Graph *g, int64_t bytes, Err *e) {
   t->dtype = DT_U8;
   t->kind = KIND_INPUT;
   t->bytes = bytes;
-  t->producer = t->first_read = t->last_read = t->last_fwd_read = t->first_bwd_read = t->first_use = -1;
+  t->producer = t->first_read = t->last_read = t->last_write = t->last_fwd_read = t->first_bwd_read = t->first_use = -1;
   if (g->index) table_put(&g->index->tensors, &g->tensors[0].name, sizeof(Tensor), t->name, g->ntensors);
   g->ntensors++;
   return 0;

@@ -23,6 +23,7 @@
  * of anyone else's.
  */
 #include "ration.h"
+#include "milp_lp.h"
 
 #include <coin/Cbc_C_Interface.h>
 #include <glpk.h>
@@ -227,7 +228,10 @@ typedef struct GlpkOwned {
  * eighth of the run. The factors depend only on the matrix, which is the
  * loaded one until then: the same factors wherever it runs. */
 static void ensure_scaled(glp_prob *P, GlpkOwned *w) {
-  if (!w->scaled) glp_scale_prob(P, GLP_SF_AUTO);
+  /* milp_lp_scale sets the factors GLPK's passes would end at; where a
+   * factorization exists GLPK's own passes run, as they also say whether
+   * it still holds. */
+  if (!w->scaled && (glp_bf_exists(P) || !milp_lp_scale(P))) glp_scale_prob(P, GLP_SF_AUTO);
   w->scaled = true;
 }
 
@@ -751,10 +755,10 @@ static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp
     if (rc != GLP_EBADB && rc != GLP_ESING && rc != GLP_ECOND) return rc;
     glp_std_basis(P); /* not a basis of this model: from scratch */
   }
-  if (!o->loose_ub) return glp_simplex(P, smcp);
+  if (!o->loose_ub) return milp_lp_presolved(P, smcp);
   for (int c = 0; c < m->ncols; c++)
     if (o->loose_ub[c] != m->col_ub[c]) set_col_bounds(P, c, m->col_lb[c], o->loose_ub[c]);
-  int rc = glp_simplex(P, smcp);
+  int rc = milp_lp_presolved(P, smcp);
   bool loose_ok = rc == 0 && glp_get_status(P) == GLP_OPT;
   double loose_obj = glp_get_obj_val(P) + m->obj_offset;
   for (int c = 0; c < m->ncols; c++)

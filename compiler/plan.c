@@ -113,25 +113,18 @@ bool plan_home_allowed(const Graph *g, int t, Decision d) {
 }
 
 int plan_host_optimizer_op(const Graph *g, int t) {
-  if (g->tensors[t].kind != KIND_GRAD) return -1;
-  int op = -1;
-  for (int i = 0; i < g->nops; i++) {
-    const Op *o = &g->ops[i];
-    bool reads = false;
-    for (int k = 0; k < o->ninputs; k++) reads |= o->inputs[k] == t;
-    if (reads && (op >= 0 || o->phase != PHASE_OPTIMIZER)) return -1;
-    if (reads) op = i;
-  }
-  if (op < 0) return -1;
+  const Tensor *grad = &g->tensors[t];
+  /* One reader, in the optimizer phase. */
+  if (grad->kind != KIND_GRAD || grad->first_read < 0 || grad->first_read != grad->last_read) return -1;
+  int op = grad->first_read;
   const Op *o = &g->ops[op];
+  if (o->phase != PHASE_OPTIMIZER) return -1;
   for (int k = 0; k < o->ninputs + o->noutputs; k++) {
     int x = k < o->ninputs ? o->inputs[k] : o->outputs[k - o->ninputs];
     if (x != t && !plan_home_allowed(g, x, DEC_HOST)) return -1;
     /* Nothing after it reads or writes its operands on the device (an EMA
      * reads the param after its AdamW). */
-    for (int i = op + 1; i < g->nops; i++)
-      for (int j = 0; j < g->ops[i].ninputs + g->ops[i].noutputs; j++)
-        if ((j < g->ops[i].ninputs ? g->ops[i].inputs[j] : g->ops[i].outputs[j - g->ops[i].ninputs]) == x) return -1;
+    if (g->tensors[x].last_read > op || g->tensors[x].last_write > op) return -1;
   }
   return op;
 }

@@ -146,6 +146,7 @@ typedef struct Tensor {
   int producer;   /* op index of the (only) producer of an activation, else -1 */
   int first_read; /* first op reading it, -1 if none */
   int last_read;  /* last op reading it, -1 if none */
+  int last_write; /* last op writing it, -1 if none */
   int last_fwd_read;  /* last forward-phase op reading it, -1 if none */
   int first_bwd_read; /* first non-forward op reading it, -1 if none */
   int first_use;  /* first op reading or writing it, -1 if none */

@@ -155,6 +155,9 @@ static void derived(void) {
     T_CHECK(graph_is_resident(w1) && !graph_is_resident(h));
     const Tensor *dw1 = &g->tensors[graph_find_tensor(g, "dw1")];
     T_CHECK(dw1->producer == -1 && dw1->first_read == 8);
+    /* Writes: the optimizer's in-place update is w1's last. */
+    T_CHECK(w1->last_write == 8 && h->last_write == 0 && dw1->last_write == 7 && loss->last_write == 3 &&
+            g->tensors[graph_find_tensor(g, "x")].last_write == -1);
     T_CHECK(!g->tensors[graph_find_tensor(g, "dy")].stashed && !g->tensors[graph_find_tensor(g, "dy")].is_output);
   }
   T_CASE("op fields and attrs") {

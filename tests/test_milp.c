@@ -19,8 +19,11 @@
  * gap of a bound at most the optimum, after the caller's search. And the
  * relaxation's optimal basis (MilpResult.basis, every row in, lazy ones
  * too) warm-starts a solve of the same rows under tighter column bounds
- * (MilpOptions.warm_basis): the same optimum, in fewer iterations.
+ * (MilpOptions.warm_basis): the same optimum, in fewer iterations. And
+ * milp_lp.c's scaling and presolved simplex are GLPK's own: the same
+ * factors and the same pivots, bit for bit.
  */
+#include "milp_lp.h"
 #include "ration.h"
 #include "test.h"
 
@@ -159,7 +162,84 @@ static bool stall_model(MilpModel *m, unsigned seed, double offset, double **loo
   return solve(m, false, false, NULL, 0, best) == 0 && best->status == MILP_OPTIMAL;
 }
 
+/* m as a GLPK problem, every row in. */
+static glp_prob *to_glpk(const MilpModel *m) {
+  glp_prob *P = glp_create_prob();
+  glp_add_cols(P, m->ncols), glp_add_rows(P, m->nrows);
+  for (int c = 0; c < m->ncols; c++) {
+    double lb = m->col_lb[c], ub = m->col_ub[c];
+    glp_set_col_bnds(P, c + 1, lb > -HUGE_VAL ? (ub < HUGE_VAL ? GLP_DB : GLP_LO) : (ub < HUGE_VAL ? GLP_UP : GLP_FR),
+                     lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+    glp_set_obj_coef(P, c + 1, m->obj[c]);
+  }
+  for (int r = 0; r < m->nrows; r++) {
+    double lb = m->row_lb[r], ub = m->row_ub[r];
+    glp_set_row_bnds(P, r + 1, lb > -HUGE_VAL ? (ub < HUGE_VAL ? (lb == ub ? GLP_FX : GLP_DB) : GLP_LO) : (ub < HUGE_VAL ? GLP_UP : GLP_FR),
+                     lb > -HUGE_VAL ? lb : 0, ub < HUGE_VAL ? ub : 0);
+  }
+  int *ia = calloc((size_t)m->nnz + 1, sizeof(int)), *ja = calloc((size_t)m->nnz + 1, sizeof(int));
+  double *ar = calloc((size_t)m->nnz + 1, sizeof(double));
+  for (int k = 0; k < m->nnz; k++) ia[k + 1] = m->nz_row[k] + 1, ja[k + 1] = m->nz_col[k] + 1, ar[k + 1] = m->nz_val[k];
+  glp_load_matrix(P, m->nnz, ia, ja, ar);
+  free(ia), free(ja), free(ar);
+  return P;
+}
+
+/* Whether milp_lp_scale sets glp_scale_prob's factors exactly, and
+ * milp_lp_presolved ends where glp_simplex with its presolver does: the
+ * same return code, iterations, status, objective and point. */
+static bool scaling_is_glpks(const MilpModel *m, const char *what) {
+  glp_prob *a = to_glpk(m), *b = to_glpk(m);
+  glp_scale_prob(a, GLP_SF_AUTO);
+  bool scaled = milp_lp_scale(b), moved = false;
+  for (int i = 1; i <= m->nrows; i++) scaled &= glp_get_rii(a, i) == glp_get_rii(b, i), moved |= glp_get_rii(a, i) != 1;
+  for (int j = 1; j <= m->ncols; j++) scaled &= glp_get_sjj(a, j) == glp_get_sjj(b, j), moved |= glp_get_sjj(a, j) != 1;
+  T_CHECKF(scaled && moved, "%s: the factors %s", what, moved ? "differ from GLPK's" : "were all 1");
+  glp_delete_prob(a), glp_delete_prob(b);
+  a = to_glpk(m), b = to_glpk(m);
+  glp_smcp smcp;
+  glp_init_smcp(&smcp);
+  smcp.msg_lev = GLP_MSG_OFF;
+  smcp.presolve = GLP_ON;
+  int ra = glp_simplex(a, &smcp), rb = milp_lp_presolved(b, &smcp);
+  bool same_lp = ra == rb && glp_get_it_cnt(a) == glp_get_it_cnt(b) && glp_get_status(a) == glp_get_status(b) &&
+                 glp_get_obj_val(a) == glp_get_obj_val(b);
+  for (int j = 1; j <= m->ncols; j++) same_lp &= glp_get_col_prim(a, j) == glp_get_col_prim(b, j);
+  T_CHECKF(same_lp, "%s: rc %d/%d, %d/%d iterations, status %d/%d, objective %.17g/%.17g", what, ra, rb, glp_get_it_cnt(a),
+           glp_get_it_cnt(b), glp_get_status(a), glp_get_status(b), glp_get_obj_val(a), glp_get_obj_val(b));
+  glp_delete_prob(a), glp_delete_prob(b);
+  return scaled && same_lp;
+}
+
 int main(void) {
+  glp_term_out(GLP_OFF);
+  T_CASE("milp_lp.c: GLPK's scaling factors and presolved simplex, bit for bit") {
+    int same_all = 0;
+    for (unsigned seed = 1; seed <= 20; seed++) {
+      MilpModel m;
+      double *loose;
+      build(&m, seed, 0.35, &loose, 0.9);
+      add_stall(&m, seed);
+      char what[32];
+      snprintf(what, sizeof what, "seed %u", seed);
+      same_all += scaling_is_glpks(&m, what);
+      milp_model_free(&m);
+      free(loose);
+    }
+    /* GLPK counts an empty row or column as 1 in its ratios; magnitudes
+     * over ten decades need every geometric pass. */
+    MilpModel w = {0};
+    int cols[4];
+    double vals[4] = {1e-4, 3e5, 7, 2e-2};
+    for (int c = 0; c < 5; c++) milp_add_col(&w, 0, 1 + c, c % 3 ? -1 : 2, false);
+    for (int r = 0; r < 6; r++) {
+      for (int k = 0; k < 4; k++) cols[k] = (r + k) % 4, vals[k] *= 3.7 + r;
+      milp_add_row(&w, -HUGE_VAL, 10 + r, r == 2 ? 0 : 1 + r % 3, cols, vals);
+    }
+    same_all += scaling_is_glpks(&w, "wide, with an empty row and column");
+    milp_model_free(&w);
+    T_CHECKF(same_all == 21, "%d of 21 the same", same_all);
+  }
   T_CASE("the dual simplex from a looser problem's basis reaches the primal's optimum") {
     for (unsigned seed = 1; seed <= 40; seed++) {
       MilpModel m;

@@ -78,7 +78,7 @@ int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
   int *rerun = util_xcalloc((size_t)g->nops + 1, sizeof(int)), *need = util_xcalloc((size_t)g->ntensors + 1, sizeof(int));
   int rc = !rerun || !need || eval_decisions(md, dec, x, rerun, need) ? -1 : 0;
   if (rc == 0) {
-    ilp_eval_stalls(md, dec, rerun, STALL_ROWS | STALL_QUEUES, x);
+    ilp_eval_stalls(md, dec, rerun, STALL_ROWS | STALL_QUEUES, HUGE_VAL, x);
     *peak = eval_peak(md, x, INT64_MAX, NULL);
   }
   free(rerun), free(need);
@@ -129,8 +129,8 @@ struct EvalCache {
   int nundo, cap_undo;
   int *heap, nheap;                    /* products to evaluate again, least first */
   char *queued;
-  LiveDelta *delta;
-  int ndelta, cap_delta;
+  LiveDelta *delta, *spare;            /* the query's live-byte changes; the sort's scratch */
+  int ndelta, cap_delta, cap_spare;
   bool failed;
 };
 
@@ -140,7 +140,7 @@ void ilp_eval_cache_free(EvalCache *c) {
   if (!c) return;
   free(c->dep_first), free(c->dep), free(c->evc_first), free(c->evc_pos), free(c->evc_bytes), free(c->lg);
   free(c->dec), free(c->x), free(c->rerun), free(c->need), free(c->rerun_q), free(c->live), free(c->range_max);
-  free(c->changed), free(c->undo), free(c->heap), free(c->queued), free(c->delta);
+  free(c->changed), free(c->undo), free(c->heap), free(c->queued), free(c->delta), free(c->spare);
   free(c);
 }
 
@@ -235,7 +235,7 @@ static int64_t range_max(const Ilp *md, const EvalCache *c, int p0, int p1) {
 static int rebase(const Ilp *md, EvalCache *c, const Decision *dec) {
   c->based = false;
   if (eval_decisions(md, dec, c->x, c->rerun, c->need)) return -1;
-  ilp_eval_stalls(md, dec, c->rerun, STALL_ROWS | STALL_QUEUES, c->x);
+  ilp_eval_stalls(md, dec, c->rerun, STALL_ROWS | STALL_QUEUES, HUGE_VAL, c->x);
   eval_peak(md, c->x, INT64_MAX, c->live);
   c->host_ops = false;
   for (int t = 0; t < md->g->ntensors; t++) c->host_ops |= dec[t] == DEC_HOST_OPTIMIZER;
@@ -310,15 +310,47 @@ static void undo(EvalCache *c) {
   c->ndelta = 0;
 }
 
-static int cmp_delta(const void *a, const void *b) {
-  const LiveDelta *x = a, *y = b;
-  return (x->pos > y->pos) - (x->pos < y->pos);
+/* The deltas by position: runs of 16 by insertion, then merged pairwise
+ * through the spare array (a query has about 200: qsort's calls through
+ * its comparison were 3% of gpt2-124m's midpoint). Equal positions may come
+ * in any order: the peak sums them all before it compares. False when the
+ * spare array cannot grow. */
+#define ILP_DELTA_RUN 16
+
+static bool sort_deltas(EvalCache *c) {
+  int n = c->ndelta;
+  LiveDelta *a = c->delta;
+  for (int lo = 0; lo < n; lo += ILP_DELTA_RUN)
+    for (int i = lo + 1; i < n && i < lo + ILP_DELTA_RUN; i++) {
+      LiveDelta v = a[i];
+      int j = i;
+      for (; j > lo && a[j - 1].pos > v.pos; j--) a[j] = a[j - 1];
+      a[j] = v;
+    }
+  if (n <= ILP_DELTA_RUN) return true;
+  if (c->cap_spare < n) {
+    LiveDelta *grown = realloc(c->spare, (size_t)n * sizeof *grown);
+    if (!grown) return false;
+    c->spare = grown, c->cap_spare = n;
+  }
+  LiveDelta *from = a, *to = c->spare;
+  for (int width = ILP_DELTA_RUN; width < n; width *= 2) {
+    for (int lo = 0; lo < n; lo += 2 * width) {
+      int mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n, i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) to[k++] = from[j].pos < from[i].pos ? from[j++] : from[i++];
+      while (i < mid) to[k++] = from[i++];
+      while (j < hi) to[k++] = from[j++];
+    }
+    LiveDelta *t = from;
+    from = to, to = t;
+  }
+  if (from != a) memcpy(a, from, (size_t)n * sizeof *a);
+  return true;
 }
 
 /* The query's peak: the base's live bytes plus the running sum of the
- * deltas, constant between two delta positions. */
+ * deltas (sorted), constant between two delta positions. */
 static int64_t query_peak(const Ilp *md, EvalCache *c) {
-  if (c->ndelta > 1) qsort(c->delta, (size_t)c->ndelta, sizeof(LiveDelta), cmp_delta);
   int64_t best = INT64_MIN, shift = 0;
   int from = 0;
   for (int i = 0; i < c->ndelta;) {
@@ -372,7 +404,7 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
     const Prod *pr = &md->prod[heap_pop(c)];
     set_col(c, pr->col, prod_value(md, pr, c->x));
   }
-  if (c->failed) goto out;
+  if (c->failed || !sort_deltas(c)) goto out;
   *peak = query_peak(md, c);
   rc = 0;
   if (*peak > peak_cap) goto out;
@@ -391,9 +423,19 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
     int last = md->col_q ? md->col_q[g->nops - 1] : -1;
     if ((offloads_moved || (reruns_moved && c->host_ops)) && last >= 0) {
       if (!offloads_grew || md->d->copy_compute_share > 0 || c->host_ops) set_col(c, last, 0);
-      if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
-      ilp_eval_stalls(md, dec, reruns_moved ? c->rerun_q : c->rerun, STALL_ROWS | STALL_QUEUES, x);
-      set_col(c, last, x[last]);
+      double lower = c->x[last], coef = md->m.obj[last], at_lower = ilp_objective_of(md, c->x);
+      if (!c->failed && at_lower >= obj_cap) goto out;
+      /* The pass may stop once Q alone takes the objective to the cap; the
+       * objective at that Q, summed whole, then decides (where rounding
+       * leaves it short of the cap, the pass runs again to the end). */
+      const int *rerun = reruns_moved ? c->rerun_q : c->rerun;
+      double stop_at = coef > 0 ? lower + (obj_cap - at_lower) / coef : HUGE_VAL;
+      double q = ilp_eval_stalls(md, dec, rerun, STALL_ROWS | STALL_QUEUES, stop_at, x);
+      set_col(c, last, q);
+      if (q >= stop_at) {
+        if (!c->failed && ilp_objective_of(md, c->x) >= obj_cap) goto out;
+        set_col(c, last, ilp_eval_stalls(md, dec, rerun, STALL_ROWS | STALL_QUEUES, HUGE_VAL, x));
+      }
     }
     if (c->failed) {
       rc = -1;
@@ -457,9 +499,9 @@ int plan_ilp_stalls(const Graph *g, const Device *d, const Decision *dec, double
   int64_t peak;
   if (eval_unlimited(&md, g, d, dec, &x, &peak, e)) return -1;
   int last = md.col_q[g->nops - 1], rc = 0;
-  ilp_eval_stalls(&md, dec, NULL, STALL_ROWS, x);
+  ilp_eval_stalls(&md, dec, NULL, STALL_ROWS, HUGE_VAL, x);
   *rows_us = x[last];
-  ilp_eval_stalls(&md, dec, NULL, STALL_QUEUES, x);
+  ilp_eval_stalls(&md, dec, NULL, STALL_QUEUES, HUGE_VAL, x);
   *queues_us = x[last];
   if (lp_us) {
     /* The decisions and re-runs fixed, the LP's least Q[last]: the rows'

@@ -290,8 +290,9 @@ int ilp_issue_op(const Ilp *md, int stream, int t);
 int ilp_due_op(const Ilp *md, int stream, int t);
 void ilp_build_stalls(Ilp *md);
 /* rerun: plan_family_positions' re-run ops of dec, whose time comes
- * before a host op (NULL: none counted). */
-void ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int parts, double *x);
+ * before a host op (NULL: none counted). Returns Q at the last op, or a
+ * lower bound of it at least stop_at where the pass stopped early. */
+double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int parts, double stop_at, double *x);
 
 /* ------------------------------------------------------------ cuts.c */
 

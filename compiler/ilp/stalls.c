@@ -413,6 +413,21 @@ static double wait_copies(const Ilp *md, const Decision *dec, const Offloaded *o
   return v;
 }
 
+/* Window i's running sum C: its group's (the windows of one stream and
+ * start, in order of their end) up to the window before it, plus the
+ * copies due from its b0 to its b, added in the order a single running sum
+ * over the group would add them. */
+static double window_sum(const Ilp *md, const Offloaded *off, int i, const double *x) {
+  const Window *w = &md->win[i];
+  const Window *before = i > 0 && w[-1].a == w->a && w[-1].stream == w->stream ? &w[-1] : NULL;
+  double c = before ? x[before->col] : 0;
+  for (int k = off->due_first[w->stream][w->b0]; k < off->due_first[w->stream][w->b + 1]; k++) {
+    int t = off->due[w->stream][k];
+    if (ilp_issue_op(md, w->stream, t) >= w->a) c += md->copy_us[w->stream][t];
+  }
+  return c;
+}
+
 /* Q for one decision vector: the least the rows allow (windows, round
  * trips and queue rows, each a bound of the FIFO streams), raised to what
  * the streams actually do: each runs its copies in queue order (the host
@@ -423,73 +438,70 @@ static double wait_copies(const Ilp *md, const Decision *dec, const Offloaded *o
  * for a plan are the queues' own (docs/PLANNING.md 4); where copies take a
  * share of the compute stream the rows, which leave it out, are not
  * bounds of the queues and only the queues count. parts selects the rows,
- * the queues or both (the test hook compares the two). */
-void ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int parts, double *x) {
+ * the queues or both (the test hook compares the two). Returns Q at the
+ * last op; Q never falls from one op to the next, so where it reaches
+ * stop_at earlier the pass ends there and returns Q there, a lower bound
+ * of the last op's, the later ops' columns left as they were (the
+ * incremental evaluation's caller then knows the vector is no better than
+ * its cap without the rest). */
+double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int parts, double stop_at, double *x) {
   const Graph *g = md->g;
   int n = g->nops, nt = g->ntensors;
-  if (!md->col_q) return;
+  if (!md->col_q) return 0;
   double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *finish = util_xcalloc(2 * (size_t)nt + 1, sizeof(double));
   double *hfinish = util_xcalloc((size_t)(md->nhcopy[0] + md->nhcopy[1]) + 1, sizeof(double));
   Offloaded off = {0};
   if (!q || !finish || !hfinish || !offloaded_of(md, dec, &off)) {
     free(q), free(finish), free(hfinish), offloaded_free(&off);
-    return;
-  }
-  /* The running sums C of each window start, then Q[b] as the largest
-   * Q[a-1] + C - cap over the windows and round trips ending at b. */
-  double cval = 0;
-  int last_a = -1, last_s = -1;
-  for (int i = 0; i < md->nwin; i++) {
-    const Window *w = &md->win[i];
-    if (w->a != last_a || w->stream != last_s) cval = 0, last_a = w->a, last_s = w->stream;
-    for (int k = off.due_first[w->stream][w->b0]; k < off.due_first[w->stream][w->b + 1]; k++) {
-      int t = off.due[w->stream][k];
-      if (ilp_issue_op(md, w->stream, t) >= w->a) cval += md->copy_us[w->stream][t];
-    }
-    x[w->col] = cval;
+    return 0;
   }
   /* In step order within op b: prefetches issued, prefetches waited for
-   * (its prelude), the op, offloads issued, offloads waited for. */
+   * (its prelude), the op, offloads issued, offloads waited for. Then
+   * Q[b] as the largest Q[a-1] + C - cap over the windows and round trips
+   * ending at b (their sums C first). */
   Streams st = {.finish = finish, .hfinish = {hfinish, hfinish + md->nhcopy[0]}};
   double rerun_us = 0;
   for (int j = 0; rerun && j < n; j++)
     if (rerun[j] >= 0) rerun_us += ilp_op_us(md, j);
+  double reached = 0;
   for (int b = 0; b < n; b++) {
+    for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++)
+      x[md->win[md->win_by_b[i]].col] = window_sum(md, &off, md->win_by_b[i], x);
     double v = b ? q[b - 1] : 0;
     for (int s = 1; s >= 0 && (parts & STALL_QUEUES); s--) {
       if (s == 0) host_op(md, dec, b, v, rerun_us, &st);
       issue_copies(md, dec, s, b, v, &st);
       v = wait_copies(md, dec, &off, s, b, v, &st);
     }
-    if (!(parts & STALL_ROWS) || ((parts & STALL_QUEUES) && md->d->copy_compute_share > 0)) {
-      q[b] = x[md->col_q[b]] = v;
-      continue;
+    if ((parts & STALL_ROWS) && (!(parts & STALL_QUEUES) || md->d->copy_compute_share <= 0)) {
+      for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
+        const Window *w = &md->win[md->win_by_b[i]];
+        double base = w->a ? q[w->a - 1] : 0;
+        if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
+      }
+      for (int k = off.due_first[1][b]; k < off.due_first[1][b + 1]; k++) {
+        int t = off.due[1][k], p = g->tensors[t].producer;
+        v = fmax(v, (p ? q[p - 1] : 0) + round_trip_late(md, t));
+      }
+      for (int i = md->frow_first[b]; i < md->frow_first[b + 1]; i++) {
+        const Fifo *f = &md->frow[md->frow_by_b[i]];
+        const int *fq = md->fifo[f->stream];
+        if (dec[fq[f->it]] != DEC_OFFLOAD) continue;
+        int a = f->stream ? md->issue_at[fq[f->i0]] : g->tensors[fq[f->i0]].producer;
+        double sum = 0;
+        for (int k = off.queued_first[f->stream][f->i0]; k < off.queued_first[f->stream][f->it + 1]; k++)
+          sum += off.queued_us[f->stream][k];
+        double base = a ? q[a - 1] : 0;
+        if (base + sum - f->cap > v) v = base + sum - f->cap;
+      }
     }
-    for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
-      const Window *w = &md->win[md->win_by_b[i]];
-      double base = w->a ? q[w->a - 1] : 0;
-      if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
-    }
-    for (int k = off.due_first[1][b]; k < off.due_first[1][b + 1]; k++) {
-      int t = off.due[1][k], p = g->tensors[t].producer;
-      v = fmax(v, (p ? q[p - 1] : 0) + round_trip_late(md, t));
-    }
-    for (int i = md->frow_first[b]; i < md->frow_first[b + 1]; i++) {
-      const Fifo *f = &md->frow[md->frow_by_b[i]];
-      const int *fq = md->fifo[f->stream];
-      if (dec[fq[f->it]] != DEC_OFFLOAD) continue;
-      int a = f->stream ? md->issue_at[fq[f->i0]] : g->tensors[fq[f->i0]].producer;
-      double sum = 0;
-      for (int k = off.queued_first[f->stream][f->i0]; k < off.queued_first[f->stream][f->it + 1]; k++)
-        sum += off.queued_us[f->stream][k];
-      double base = a ? q[a - 1] : 0;
-      if (base + sum - f->cap > v) v = base + sum - f->cap;
-    }
-    q[b] = v;
-    x[md->col_q[b]] = v;
+    q[b] = x[md->col_q[b]] = reached = v;
+    if (v >= stop_at) break;
   }
-  /* The step ends when the host ops are done too (sim.c's host waits). */
+  /* The step ends when the host ops are done too (sim.c's host waits):
+   * where the pass ran to the last op. */
   double end = md->t_end[n - 1] + st.shift + rerun_us + q[n - 1];
-  if ((parts & STALL_QUEUES) && st.host > end) x[md->col_q[n - 1]] = q[n - 1] + st.host - end;
+  if (reached < stop_at && (parts & STALL_QUEUES) && st.host > end) x[md->col_q[n - 1]] = reached = q[n - 1] + st.host - end;
   free(q), free(finish), free(hfinish), offloaded_free(&off);
+  return reached;
 }
