@@ -20,11 +20,7 @@ while [ $# -gt 0 ]; do
 done
 [ $# -eq 0 ] && set -- models/gpt2-tiny.json models/llama-tiny.json models/unet.json models/gpt2-124m.json \
   models/llama3.2-1b.json models/llama3-8b.json models/gpt2-1558m.json
-make -s all
-cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime -Wall -Wextra -Werror bench/min_budget.c \
-  build/rel/libration-compiler.a build/rel/libration.a -lglpk -lCbcSolver -lCbc -lcjson -lnettle -lm -lpthread \
-  -o build/min_budget || exit 2
-case "$device" in */*|*.json) device_file=$device;; *) device_file=budgets/$device.json;; esac
+. bench/min_budget.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 field() { grep -o "\"$1\": [^,}]*" "$2" | head -1 | sed 's/.*: //; s/"//g'; }
 now() { date +%s.%N; }

@@ -10,11 +10,7 @@ RATION=${RATION:-bin/ration}
 device=h100-sxm-80g
 [ "$1" = --device ] && { device=$2; shift 2; }
 [ $# -eq 0 ] && set -- llama:2:256:512:4 llama:3:192:512:4 gpt2:2:256:512:4 gpt2:3:128:1024:4
-make -s all
-cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime -Wall -Wextra -Werror bench/min_budget.c \
-  build/rel/libration-compiler.a build/rel/libration.a -lglpk -lCbcSolver -lCbc -lcjson -lnettle -lm -lpthread \
-  -o build/min_budget || exit 2
-case "$device" in */*|*.json) device_file=$device;; *) device_file=budgets/$device.json;; esac
+. bench/min_budget.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "| graph ($device) | m | step at m - 1, CPU s | at m | at m + 1% |"
 echo "|---|---|---|---|---|"
