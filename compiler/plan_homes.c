@@ -359,9 +359,12 @@ static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
  * optimizer saves at most its ops' device time, which the ilp's own
  * decisions already show, so a twin no faster there skips the solve
  * (docs/PLANNING.md 1.2). NOPT: how many optimizer states lead the
- * candidates; BYTES[k]: the first k's host bytes. */
-static double host_twin(Search *s, const Decision *dec, const SolverInfo *si, int nopt, const int64_t *bytes) {
+ * candidates; BYTES[k]: the first k's host bytes. Returns the ilp's plan's
+ * simulated step, its arena into DEVICE_ARENA_OUT (-1: no plan). */
+static double host_twin(Search *s, const Decision *dec, const SolverInfo *si, int nopt, const int64_t *bytes,
+                        int64_t *device_arena_out) {
   int64_t budget = s->o->budget_bytes, device_arena = consider(s, dec, si, false), arena = -1;
+  *device_arena_out = device_arena;
   double device_step = s->best_step;
   int best_k = 0;
   for (int k = nopt; device_arena >= 0 && k > 0; k /= 2) {
@@ -395,14 +398,16 @@ static bool starved(const Graph *g, const Device *d, double step) {
 }
 
 /* The ilp met the budget with DEC (its run SI), but starved (HOMES_STARVED):
- * the first candidate host-homed over its decisions frees device bytes
+ * (its arena DEVICE_ARENA, as host_twin judged it, -1: none): the first
+ * candidate host-homed over its decisions frees device bytes
  * at the peak (judge_homes: no solve), the ilp is solved again given
  * them (descend), and the search over homes moves homes and activations
  * together from the best of those, as below the ilp's smallest budget,
  * whose path starts the same way (one candidate, then the search). The
  * faster plan wins; BYTES[k]: the first k candidates' host bytes. */
-static void starved_search(Search *s, const Decision *dec, const SolverInfo *si, const int64_t *bytes) {
-  int64_t budget = s->o->budget_bytes, device_arena = consider(s, dec, si, false);
+static void starved_search(Search *s, const Decision *dec, int64_t device_arena, const SolverInfo *si,
+                           const int64_t *bytes) {
+  int64_t budget = s->o->budget_bytes;
   memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
   int64_t arena = judge_homes(s, 1, si);
   if (device_arena >= 0 && arena >= 0 && arena < device_arena)
@@ -529,7 +534,8 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
      * the host can be faster where all of them are not); where nothing
      * beats the ilp's plan, it stands with its solver fields. */
     rc = 0;
-    double device_step = host_twin(&s, dec, si, nopt, bytes);
+    int64_t device_arena;
+    double device_step = host_twin(&s, dec, si, nopt, bytes, &device_arena);
     if (s.best_step < 0) goto out;
     double twin_step = s.best_step;
     bool twin_won = memcmp(s.best, dec, (size_t)n * sizeof *dec) != 0;
@@ -555,7 +561,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     /* Also the ilp's search over homes, where homes that free bytes for
      * fewer re-runs and offloads can beat the device plan: on every graph
      * where that plan is starved, from it, and on small graphs always. */
-    if (ncand > 0 && starved(g, d, device_step)) starved_search(&s, dec, si, bytes);
+    if (ncand > 0 && starved(g, d, device_step)) starved_search(&s, dec, device_arena, si, bytes);
     if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
     refine(&s);
     if (!twin_won && s.best_step == twin_step) goto out;
