@@ -7,7 +7,7 @@ WARN    := -std=c11 -Wall -Wextra -Wshadow -Werror
 PREFIX  ?= /usr/local
 DATADIR := $(PREFIX)/share/ration
 CPPFLAGS += -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime
-LDLIBS  := -lglpk -lCbcSolver -lCbc -lcjson -lnettle -lm -lpthread
+LDLIBS  := -lglpk -lcjson -lnettle -lm -lpthread
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
 # SAN=1: everything (library, CLI, tests) with ASan+UBSan in build/san; the

@@ -6,7 +6,7 @@
 set -e
 make -s all
 cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime -Wall -Wextra -Werror bench/bench_plan.c \
-  build/rel/libration-compiler.a build/rel/libration.a -lglpk -lCbcSolver -lCbc -lcjson -lnettle -lm -lpthread \
+  build/rel/libration-compiler.a build/rel/libration.a -lglpk -lcjson -lnettle -lm -lpthread \
   -o build/bench_plan
 case "$1" in
   --exact) shift; exec build/bench_plan --exact "$@" ;;

@@ -11,7 +11,8 @@
  * be handed over as a heuristic solution (glp_ios_heur_sol) and the
  * caller's cuts (MilpOptions.separate) are rows over the model's columns;
  * those only go into a second tree, where the first left the gap above
- * o->proof_gap. CBC gets neither the neighbourhoods nor the cuts.
+ * o->proof_gap. CBC (milp_cbc.c) gets neither the neighbourhoods nor the
+ * cuts.
  *
  * GLPK calls abort on its own internal errors unless glp_error_hook takes
  * them: glpk_solve does, so that a failure inside GLPK (seen once, a
@@ -23,9 +24,8 @@
  * of anyone else's.
  */
 #include "ration.h"
-#include "milp_lp.h"
+#include "milp.h"
 
-#include <coin/Cbc_C_Interface.h>
 #include <glpk.h>
 #include <float.h>
 #include <limits.h>
@@ -1191,75 +1191,6 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
   return rc;
 }
 
-/* -------------------------------------------------------------- CBC */
-
-static int cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
-  double t0 = now();
-  int *start = util_xcalloc((size_t)m->ncols + 1, sizeof(int)), *index = util_xcalloc((size_t)m->nnz + 1, sizeof(int));
-  double *value = util_xcalloc((size_t)m->nnz + 1, sizeof(double));
-  int *fill = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
-  if (!start || !index || !value || !fill) {
-    free(start), free(index), free(value), free(fill);
-    return err_set(e, "milp: out of memory");
-  }
-  for (int k = 0; k < m->nnz; k++) start[m->nz_col[k] + 1]++;
-  for (int c = 0; c < m->ncols; c++) start[c + 1] += start[c];
-  for (int k = 0; k < m->nnz; k++) {
-    int c = m->nz_col[k], at = start[c] + fill[c]++;
-    index[at] = m->nz_row[k];
-    value[at] = m->nz_val[k];
-  }
-  Cbc_Model *model = Cbc_newModel();
-  if (!model) {
-    free(start), free(index), free(value), free(fill);
-    return err_set(e, "milp: CBC could not create a model");
-  }
-  Cbc_loadProblem(model, m->ncols, m->nrows, start, index, value, m->col_lb, m->col_ub, m->obj, m->row_lb, m->row_ub);
-  free(start), free(index), free(value), free(fill);
-  for (int c = 0; c < m->ncols; c++)
-    if (m->col_int[c]) Cbc_setInteger(model, c);
-  Cbc_setLogLevel(model, 0);
-  Cbc_setParameter(model, "threads", "1");
-  if (o->mip_gap > 0) { /* else CBC's own */
-    char gap[32];
-    snprintf(gap, sizeof gap, "%g", o->mip_gap);
-    Cbc_setParameter(model, "ratioGap", gap);
-  }
-  Cbc_setParameter(model, "timeMode", "elapsed"); /* --time-limit is wall-clock seconds */
-  if (o->time_limit > 0) Cbc_setMaximumSeconds(model, o->time_limit);
-  if (o->node_limit > 0) Cbc_setMaximumNodes(model, (int)fmin((double)o->node_limit, INT_MAX));
-  if (m->start) {
-    int *idx = util_xcalloc((size_t)m->ncols + 1, sizeof(int));
-    if (idx) {
-      for (int c = 0; c < m->ncols; c++) idx[c] = c;
-      Cbc_setMIPStartI(model, m->ncols, idx, m->start);
-      free(idx);
-    }
-  }
-  if (o->lp_only)
-    for (int c = 0; c < m->ncols; c++) Cbc_setContinuous(model, c);
-  Cbc_solve(model);
-  const double *x = Cbc_getColSolution(model);
-  double bound = Cbc_getBestPossibleObjValue(model) + m->obj_offset;
-  bool has = x && (Cbc_isProvenOptimal(model) || Cbc_getObjValue(model) < 1e50) && !Cbc_isProvenInfeasible(model);
-  if (Cbc_isProvenInfeasible(model)) {
-    r->status = MILP_INFEASIBLE;
-  } else if (has) {
-    memcpy(r->x, x, (size_t)m->ncols * sizeof(double));
-    r->objective = milp_objective(m, r->x);
-    r->bound = o->lp_only ? r->objective : fmin(bound, r->objective);
-    r->status = Cbc_isProvenOptimal(model) ? (o->lp_only ? MILP_FEASIBLE : MILP_OPTIMAL)
-                : Cbc_isSecondsLimitReached(model) ? MILP_TIME_LIMIT : MILP_FEASIBLE;
-  } else {
-    r->status = MILP_NO_SOLUTION;
-    r->bound = bound;
-  }
-  r->simplex_iterations = Cbc_getIterationCount(model), r->nodes = Cbc_getNodeCount(model);
-  Cbc_deleteModel(model);
-  r->seconds = now() - t0;
-  return 0;
-}
-
 int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   memset(r, 0, sizeof *r);
   if (m->failed) return err_set(e, "milp: out of memory while building the model");
@@ -1272,7 +1203,7 @@ int milp_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) 
   r->lp_x[m->ncols] = NAN; /* set when the relaxation was solved */
   int rc;
   if (!strcmp(o->solver, "glpk")) rc = glpk_solve(m, o, r, e);
-  else if (!strcmp(o->solver, "cbc")) rc = cbc_solve(m, o, r, e);
+  else if (!strcmp(o->solver, "cbc")) rc = milp_cbc_solve(m, o, r, e);
   else rc = err_set(e, "--solver: unknown solver \"%s\" (glpk or cbc)", o->solver);
   if (rc == 0 && (r->status == MILP_OPTIMAL || r->status == MILP_FEASIBLE || r->status == MILP_TIME_LIMIT)) {
     r->gap = rel_gap(r->objective, r->bound);

@@ -16,7 +16,7 @@
  * them: test_milp compares the factors with glp_scale_prob's on the
  * planner's models, and the plans are byte-identical.
  */
-#include "milp_lp.h"
+#include "milp.h"
 
 #include "ration.h"
 

@@ -61,5 +61,16 @@ for s in ilp exact; do
     else fail "$name: finished within its limit + 30 s" "took $secs s"; fi
   done
 done
+# CBC (and the LAPACK and OpenBLAS it pulls in, whose worker threads cost
+# every process about 0.1 s of CPU) loads only when a plan uses it.
+libs() { LD_DEBUG=files "$@" 2>&1 >/dev/null | grep -o 'file=[^ ]*' | sort -u; }
+glpk_libs=$(libs $RATION plan models/gpt2-tiny.json --device cpu --budget 80% -o "$tmp/glpk")
+if [ -n "$glpk_libs" ] && ! printf '%s\n' "$glpk_libs" | grep -qi 'cbc\|lapack\|blas'; then
+  ok "a glpk plan loads no CBC, LAPACK or BLAS"
+else fail "a glpk plan loads no CBC, LAPACK or BLAS" "$(printf '%s ' $glpk_libs)"; fi
+cbc_libs=$(libs $RATION plan models/gpt2-tiny.json --device cpu --solver cbc --budget 80% --time-limit 5 -o "$tmp/cbc")
+if printf '%s\n' "$cbc_libs" | grep -q 'file=libCbcSolver' && [ -s "$tmp/cbc.plan.json" ]; then
+  ok "--solver cbc loads CBC at its first use and plans"
+else fail "--solver cbc loads CBC at its first use and plans" "$(printf '%s ' $cbc_libs)"; fi
 [ $n -eq 0 ] && ok "no solver strategy in this build (strategies: $strategies) (note)"
 t_done

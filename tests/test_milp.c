@@ -23,7 +23,7 @@
  * milp_lp.c's scaling and presolved simplex are GLPK's own: the same
  * factors and the same pivots, bit for bit.
  */
-#include "milp_lp.h"
+#include "milp.h"
 #include "ration.h"
 #include "test.h"
 
