@@ -102,6 +102,7 @@ typedef struct Search {
   SolverInfo work;  /* every run's counted work, added up */
   const Decision *least; /* the ilp's plan at its smallest budget (its arena least_arena), or NULL */
   int64_t least_arena;
+  double last_step; /* the last plan consider built: its simulated step (judge_homes: the faster of its two) */
   int last_k;       /* the last try's prefix and activation budget, and its arena: */
   int64_t last_budget, last_arena; /* a solve is not repeated */
 } Search;
@@ -113,6 +114,7 @@ static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si, bo
   Plan *p = plan_from_decisions(s->g, s->d, dec, &e);
   if (!p) return -1;
   int64_t arena = p->arena_bytes;
+  s->last_step = p->predicted.step_seconds;
   if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
     s->best_step = p->predicted.step_seconds;
     s->best_on_host = on_host;
@@ -137,11 +139,14 @@ static int64_t judge_homes(Search *s, int k, const SolverInfo *si) {
     if (!g->tensors[t].stashed) s->act[t] = DEC_NONE;
   for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
   int64_t arena = consider(s, s->act, si, false);
+  double fastest = arena >= 0 ? s->last_step : HUGE_VAL;
   memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
   if (arena >= 0 && s->d->host_memory_gbps > 0 && host_optimizer_all(g, s->alt) > 0) {
     int64_t other = consider(s, s->alt, si, true);
     if (other >= 0 && other < arena) arena = other;
+    if (other >= 0 && s->last_step < fastest) fastest = s->last_step;
   }
+  s->last_step = fastest;
   return arena;
 }
 
@@ -400,19 +405,27 @@ static double ops_seconds(const Graph *g, const Device *d) {
 
 /* The start that the path below the ilp's smallest budget and the starved
  * search share: one candidate host-homed over the ilp's decisions DEC (its
- * run SI; its plan's arena DEVICE_ARENA, as host_twin judged it, -1:
- * none), judged as it is (judge_homes: no solve), then the ilp solved
- * again given the device bytes the home frees at the peak (descend),
- * where it frees some: a solve given bytes the plan does not have
- * overshoots and is lowered back to the budget (gpt2-tiny at f = 0 on
- * h100-sxm-80g, two solves and 43 CPU s for a plan slower than the
- * twin's). The search over homes goes on from the best plan. BYTES[1]:
+ * run SI; its plan's arena DEVICE_ARENA and step DEVICE_STEP, as host_twin
+ * judged them; arena -1: none), judged as it is (judge_homes: no solve),
+ * then the ilp solved again given the device bytes the home frees at the
+ * peak (descend), where it frees some (a solve given bytes the plan does
+ * not have overshoots and is lowered back to the budget: gpt2-tiny at
+ * f = 0 on h100-sxm-80g, two solves and 43 CPU s for a plan slower than
+ * the twin's) and is predicted to gain: those bytes can take at most the
+ * device plan's re-runs and stalls off its step (DEVICE_STEP less its ops'
+ * device time), and where the home's copies cost its plan as much on the
+ * same activations (its step less DEVICE_STEP), the solve is not paid for
+ * (gpt2-124m at f = 0: 2.2 ms of re-runs and stalls against the home's
+ * 4.8 ms; the solve's plan was 18.3 ms against the device plan's 14.3).
+ * The search over homes goes on from the best plan either way. BYTES[1]:
  * the candidate's host bytes. */
-static void one_home(Search *s, const Decision *dec, int64_t device_arena, const SolverInfo *si, const int64_t *bytes) {
+static void one_home(Search *s, const Decision *dec, int64_t device_arena, double device_step, const SolverInfo *si,
+                     const int64_t *bytes) {
   int64_t budget = s->o->budget_bytes;
   memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
   int64_t arena = judge_homes(s, 1, si);
-  if (device_arena >= 0 && arena >= 0 && arena < device_arena)
+  double gain = device_step - ops_seconds(s->g, s->d), cost = s->last_step - device_step;
+  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget);
 }
 
@@ -556,7 +569,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
       Search below = s;
       below.best = best, below.best_step = -1, below.last_k = -1;
       below.work = (SolverInfo){0};
-      one_home(&below, dec, device_arena, si, bytes);
+      one_home(&below, dec, device_arena, device_step, si, bytes);
       prefixes(&below, ncand, nopt, bytes, o->budget_bytes, true);
       if (below.best_step >= 0) model_search(&below, NULL);
       plan_add_work(&s.work, &below.work);
@@ -570,7 +583,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
      * fewer re-runs and offloads can beat the device plan: on every graph
      * where that plan is starved, from it, and on small graphs always. */
     if (ncand > 0 && starved(g, d, device_step)) {
-      if (!twin_won) one_home(&s, dec, device_arena, si, bytes); /* else the path below's start */
+      if (!twin_won) one_home(&s, dec, device_arena, device_step, si, bytes); /* else the path below's start */
       model_search(&s, NULL);
     }
     if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
