@@ -25,16 +25,21 @@ static const char *copy_engines =
     " \"peak_tflops\": {\"f32\": 0.05}, \"hbm_gbps\": 50, \"h2d_gbps\": 5, \"d2h_gbps\": 5, \"launch_us\": 1,"
     " \"host_memory\": \"1GiB\"}";
 
+/* The graph of model config C, or NULL with E set. */
+static Graph *model_graph(const ModelConfig *c, Err *e) {
+  Buf b = {0};
+  Graph *g = model_build(c, &b, e) ? NULL : graph_parse(c->name, b.data, b.len, e);
+  buf_free(&b);
+  return g;
+}
+
 static Graph *small_gpt2(void) {
   ModelConfig c;
   Err e;
   if (model_defaults("gpt2", &c, &e)) return NULL;
   c.name = "gpt2-small-homes";
   c.layers = 2, c.dim = 32, c.heads = 4, c.vocab = 128, c.seq = 16, c.batch = 2, c.dtype = DT_F32;
-  Buf b = {0};
-  Graph *g = model_build(&c, &b, &e) ? NULL : graph_parse(c.name, b.data, b.len, &e);
-  buf_free(&b);
-  return g;
+  return model_graph(&c, &e);
 }
 
 static int64_t named_smallest(const char *msg) {
@@ -130,16 +135,14 @@ static void check_fast_host(const Graph *g, const Device *d, int64_t least, int6
 static void check_across_least(void) {
   ModelConfig c;
   Err e = {{0}};
-  Buf b = {0};
   Device *d = device_load("budgets/rtx4090-24g.json", &e);
   Graph *g = NULL;
   if (d && !model_defaults("llama", &c, &e)) {
     c.name = "llama-starved";
     c.layers = 2, c.dim = 256, c.heads = 4, c.kv_heads = 4, c.ffn = 768, c.vocab = 512, c.seq = 512, c.batch = 4;
     c.dtype = DT_BF16;
-    g = model_build(&c, &b, &e) ? NULL : graph_parse(c.name, b.data, b.len, &e);
+    g = model_graph(&c, &e);
   }
-  buf_free(&b);
   PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true, .device_homes_only = true};
   char note[640] = "";
   int64_t least = g ? plan_ilp_min_budget(g, d, &o, note, &e) : -1;
@@ -173,15 +176,13 @@ static void check_across_least(void) {
 static void check_predicted_gain(void) {
   ModelConfig c;
   Err e = {{0}};
-  Buf b = {0};
   Device *d = device_load("budgets/rtx4090-24g.json", &e);
   Graph *g = NULL;
   if (d && !model_defaults("gpt2", &c, &e)) {
     c.name = "gpt2-predicted";
     c.layers = 2, c.dim = 128, c.heads = 4, c.vocab = 8192, c.seq = 2048, c.batch = 2, c.dtype = DT_BF16;
-    g = model_build(&c, &b, &e) ? NULL : graph_parse(c.name, b.data, b.len, &e);
+    g = model_graph(&c, &e);
   }
-  buf_free(&b);
   if (d) d->h2d_gbps = d->d2h_gbps = 12;
   PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true, .device_homes_only = true};
   char note[640] = "";
