@@ -102,6 +102,7 @@ typedef struct Search {
   SolverInfo work;  /* every run's counted work, added up */
   const Decision *least; /* the ilp's plan at its smallest budget (its arena least_arena), or NULL */
   int64_t least_arena;
+  double last_step; /* the last plan consider built: its simulated step (judge_homes: the faster of its two) */
   int last_k;       /* the last try's prefix and activation budget, and its arena: */
   int64_t last_budget, last_arena; /* a solve is not repeated */
 } Search;
@@ -113,6 +114,7 @@ static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si, bo
   Plan *p = plan_from_decisions(s->g, s->d, dec, &e);
   if (!p) return -1;
   int64_t arena = p->arena_bytes;
+  s->last_step = p->predicted.step_seconds;
   if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
     s->best_step = p->predicted.step_seconds;
     s->best_on_host = on_host;
@@ -137,11 +139,14 @@ static int64_t judge_homes(Search *s, int k, const SolverInfo *si) {
     if (!g->tensors[t].stashed) s->act[t] = DEC_NONE;
   for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
   int64_t arena = consider(s, s->act, si, false);
+  double fastest = arena >= 0 ? s->last_step : HUGE_VAL;
   memcpy(s->alt, s->act, (size_t)g->ntensors * sizeof *s->alt);
   if (arena >= 0 && s->d->host_memory_gbps > 0 && host_optimizer_all(g, s->alt) > 0) {
     int64_t other = consider(s, s->alt, si, true);
     if (other >= 0 && other < arena) arena = other;
+    if (other >= 0 && s->last_step < fastest) fastest = s->last_step;
   }
+  s->last_step = fastest;
   return arena;
 }
 
@@ -390,29 +395,43 @@ static double host_twin(Search *s, const Decision *dec, const SolverInfo *si, in
  * midpoint is 6.7% over). */
 #define HOMES_STARVED 0.15
 
-/* Whether a plan simulated at STEP seconds is starved (HOMES_STARVED). */
-static bool starved(const Graph *g, const Device *d, double step) {
+/* The device time of every op once: no plan with every op on the device
+ * steps faster (plan_homes_bound_us). */
+static double ops_seconds(const Graph *g, const Device *d) {
   double ops = 0;
   for (int i = 0; i < g->nops; i++) ops += cost_op_seconds(g, d, i);
-  return step > (1 + HOMES_STARVED) * ops;
+  return ops;
 }
 
-/* The ilp met the budget with DEC (its run SI), but starved (HOMES_STARVED):
- * (its arena DEVICE_ARENA, as host_twin judged it, -1: none): the first
- * candidate host-homed over its decisions frees device bytes
- * at the peak (judge_homes: no solve), the ilp is solved again given
- * them (descend), and the search over homes moves homes and activations
- * together from the best of those, as below the ilp's smallest budget,
- * whose path starts the same way (one candidate, then the search). The
- * faster plan wins; BYTES[k]: the first k candidates' host bytes. */
-static void starved_search(Search *s, const Decision *dec, int64_t device_arena, const SolverInfo *si,
-                           const int64_t *bytes) {
+/* The start that the path below the ilp's smallest budget and the starved
+ * search share: one candidate host-homed over the ilp's decisions DEC (its
+ * run SI; its plan's arena DEVICE_ARENA and step DEVICE_STEP, as host_twin
+ * judged them; arena -1: none), judged as it is (judge_homes: no solve),
+ * then the ilp solved again given the device bytes the home frees at the
+ * peak (descend), where it frees some (a solve given bytes the plan does
+ * not have overshoots and is lowered back to the budget: gpt2-tiny at
+ * f = 0 on h100-sxm-80g, two solves and 43 CPU s for a plan slower than
+ * the twin's) and is predicted to gain: those bytes can take at most the
+ * device plan's re-runs and stalls off its step (DEVICE_STEP less its ops'
+ * device time), and where the home's copies cost its plan as much on the
+ * same activations (its step less DEVICE_STEP), the solve is not paid for
+ * (gpt2-124m at f = 0: 2.2 ms of re-runs and stalls against the home's
+ * 4.8 ms; the solve's plan was 18.3 ms against the device plan's 14.3).
+ * The search over homes goes on from the best plan either way. BYTES[1]:
+ * the candidate's host bytes. */
+static void one_home(Search *s, const Decision *dec, int64_t device_arena, double device_step, const SolverInfo *si,
+                     const int64_t *bytes) {
   int64_t budget = s->o->budget_bytes;
   memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
   int64_t arena = judge_homes(s, 1, si);
-  if (device_arena >= 0 && arena >= 0 && arena < device_arena)
+  double gain = device_step - ops_seconds(s->g, s->d), cost = s->last_step - device_step;
+  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget);
-  model_search(s, NULL);
+}
+
+/* Whether a plan simulated at STEP seconds is starved (HOMES_STARVED). */
+static bool starved(const Graph *g, const Device *d, double step) {
+  return step > (1 + HOMES_STARVED) * ops_seconds(g, d);
 }
 
 /* The fewest candidates whose bytes cover what the ilp alone lacks (FLOOR,
@@ -423,12 +442,13 @@ static void starved_search(Search *s, const Decision *dec, int64_t device_arena,
  * optimizer on the device: while the best runs optimizer ops on the host,
  * the next prefix is tried too and the faster wins. NOPT: how many
  * optimizer states lead the NCAND candidates; BYTES[k]: the first k's host
- * bytes. */
-static void prefixes(Search *s, int ncand, int nopt, const int64_t *bytes, int64_t floor) {
+ * bytes. FIRST_JUDGED: the first prefix was judged already (one_home: the
+ * floor is the budget, so it is one candidate). */
+static void prefixes(Search *s, int ncand, int nopt, const int64_t *bytes, int64_t floor, bool first_judged) {
   int k1 = 1;
   while (k1 < ncand && bytes[k1] < floor - s->o->budget_bytes) k1++;
   int ks[3] = {k1, nopt > k1 ? nopt : k1, ncand};
-  for (int i = 0; i < 3 && (s->best_step < 0 || (s->best_on_host && !plan_past_deadline(s->o))); i++)
+  for (int i = first_judged; i < 3 && (s->best_step < 0 || (s->best_on_host && !plan_past_deadline(s->o))); i++)
     if (i == 0 || ks[i] > ks[i - 1]) search_prefix(s, ks[i], bytes[ks[i]], floor);
 }
 
@@ -549,7 +569,8 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
       Search below = s;
       below.best = best, below.best_step = -1, below.last_k = -1;
       below.work = (SolverInfo){0};
-      prefixes(&below, ncand, nopt, bytes, o->budget_bytes);
+      one_home(&below, dec, device_arena, device_step, si, bytes);
+      prefixes(&below, ncand, nopt, bytes, o->budget_bytes, true);
       if (below.best_step >= 0) model_search(&below, NULL);
       plan_add_work(&s.work, &below.work);
       if (below.best_step >= 0 && below.best_step < s.best_step) {
@@ -561,7 +582,10 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     /* Also the ilp's search over homes, where homes that free bytes for
      * fewer re-runs and offloads can beat the device plan: on every graph
      * where that plan is starved, from it, and on small graphs always. */
-    if (ncand > 0 && starved(g, d, device_step)) starved_search(&s, dec, device_arena, si, bytes);
+    if (ncand > 0 && starved(g, d, device_step)) {
+      if (!twin_won) one_home(&s, dec, device_arena, device_step, si, bytes); /* else the path below's start */
+      model_search(&s, NULL);
+    }
     if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
     refine(&s);
     if (!twin_won && s.best_step == twin_step) goto out;
@@ -575,7 +599,7 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
     /* Its memory-minimizing solve needs no repeat where the ilp runs again
      * (try_homes: the same solve without a hint, on less host memory). */
     if (si->min_budget_known && !o->hint) s.least = dec, s.least_arena = least;
-    prefixes(&s, ncand, nopt, bytes, least);
+    prefixes(&s, ncand, nopt, bytes, least, false);
     if (s.best_step < 0) {
       /* The smallest budget with every candidate home: the ilp's smallest
        * activations (at least) under them. */
