@@ -63,6 +63,7 @@ static void cbc_load(void) {
   CBC_FUNCTIONS(CBC_RESOLVE)
 #undef CBC_RESOLVE
 }
+
 int milp_cbc_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   pthread_once(&cbc_once, cbc_load);
   if (cbc_error[0]) return err_set(e, "milp: %s", cbc_error);
