@@ -638,6 +638,10 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
   return min_budget(g, d, o, note, e);
 }
 
+int64_t plan_ilp_repair_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena) {
+  return repair_arena(g, d, budget, dec, arena, HUGE_VAL);
+}
+
 /* No plan at the budget: "infeasible" only where proven (the budget is
  * below least, a peak no plan of the family gets under); else what was not
  * found. Either way the smallest budget this run planned (planned, its
