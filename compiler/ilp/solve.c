@@ -583,7 +583,9 @@ static int64_t repair_arena(const Graph *g, const Device *d, int64_t budget, Dec
       for (int a = DEC_KEEP; a <= DEC_OFFLOAD; a++) {
         if (a == (int)was || !may_take(g, d, t, a)) continue;
         dec[t] = (Decision)a;
-        Plan *p = plan_within(g, d, dec, arena - 1);
+        /* Once a change fits, only one that fits can be taken instead: the
+         * others need no layout. */
+        Plan *p = plan_within(g, d, dec, take_arena <= budget ? budget : arena - 1);
         if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) {
           double step = p->predicted.step_seconds;
           bool fits = p->arena_bytes <= budget, taken_fits = take_arena <= budget;
