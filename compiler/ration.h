@@ -557,6 +557,12 @@ int plan_ilp_eval_check(const Graph *g, const Device *d, PlanIlpModel model, con
  * its model objective. -1 if dec does not fit. */
 int plan_ilp_pair_step(const Graph *g, const Device *d, int64_t budget, const Decision *dec, const Decision *prefer,
                        Decision *out, double *objective, Err *e);
+/* The repair of a fragmentation round's answer (docs/PLANNING.md 5 step 7)
+ * on dec, whose arena is ARENA, at the budget: single changes, each the
+ * fastest by the simulator among those that fit, else among those that
+ * lower the arena. The arena reached; dec is changed in place. Graphs with
+ * more than 64 stashed tensors: ARENA, dec unchanged. */
+int64_t plan_ilp_repair_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena);
 
 /* Decisions -> schedule -> layout -> simulation, filling predicted. Does
  * not check the budget. */

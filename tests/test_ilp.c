@@ -375,6 +375,54 @@ static void check_pairs(const Graph *g, const Device *d, int64_t budget, int tri
   plan_free(q);
 }
 
+/* The repair of an answer over the budget by its layout (plan_ilp_repair_arena)
+ * from keep-all, at a budget half its single changes that lower the arena
+ * meet: it must end one change away, at the fastest of those that fit, by
+ * brute force over every single change (the first change that lowers the
+ * arena, the rule before, is another on the three models). */
+static void check_repair(const Graph *g, const Device *d) {
+  Err e;
+  int n = g->ntensors, nlow = 0;
+  Decision *dec = malloc((size_t)n * sizeof *dec);
+  int64_t *low = malloc((size_t)(2 * g->nstashed + 1) * sizeof *low);
+  double *step = malloc((size_t)(2 * g->nstashed + 1) * sizeof *step);
+  for (int t = 0; t < n; t++) dec[t] = g->tensors[t].stashed ? DEC_KEEP : DEC_NONE;
+  Plan *k = plan_from_decisions(g, d, dec, &e);
+  T_CHECKF(k != NULL, "%s", e.msg);
+  int64_t arena = k ? k->arena_bytes : 0;
+  for (int i = 0; k && i < g->nstashed; i++)
+    for (int a = DEC_RECOMPUTE; a <= DEC_OFFLOAD; a++) {
+      dec[g->stashed[i]] = (Decision)a;
+      Plan *p = plan_from_decisions(g, d, dec, &e);
+      if (p && p->arena_bytes < arena) low[nlow] = p->arena_bytes, step[nlow++] = p->predicted.step_seconds;
+      plan_free(p);
+      dec[g->stashed[i]] = DEC_KEEP;
+    }
+  T_CHECKF(nlow >= 2, "%s: %d single changes lower keep-all's arena", g->name, nlow);
+  if (nlow >= 2) {
+    int64_t budget = 0;
+    for (int i = 0; i < nlow; i++) {
+      int below = 0;
+      for (int j = 0; j < nlow; j++) below += low[j] <= low[i];
+      if (2 * below >= nlow && (budget == 0 || low[i] < budget)) budget = low[i];
+    }
+    double fastest = INFINITY;
+    for (int i = 0; i < nlow; i++)
+      if (low[i] <= budget) fastest = fmin(fastest, step[i]);
+    int64_t reached = plan_ilp_repair_arena(g, d, budget, dec, arena);
+    int changed = 0;
+    for (int i = 0; i < g->nstashed; i++) changed += dec[g->stashed[i]] != DEC_KEEP;
+    Plan *p = plan_from_decisions(g, d, dec, &e);
+    T_CHECKF(p && reached == p->arena_bytes && reached <= budget && changed == 1 && p->predicted.step_seconds == fastest,
+             "%s at %lld: arena %lld (plan's %lld) after %d changes, step %.6f us, the fastest single change that fits %.6f",
+             g->name, (long long)budget, (long long)reached, p ? (long long)p->arena_bytes : -1LL, changed,
+             p ? p->predicted.step_seconds * 1e6 : -1, fastest * 1e6);
+    plan_free(p);
+  }
+  plan_free(k);
+  free(dec), free(low), free(step);
+}
+
 /* The ilp plan at one budget against the simulator and the baselines. */
 static void check_plan(const Graph *g, const Device *d, int64_t budget, double limit) {
   Err e;
@@ -451,6 +499,8 @@ int main(void) {
       range(g, h100, &m, &k);
       check_pairs(g, h100, m + (k - m) / 2, 6);
     }
+    if (g->nstashed <= 64)
+      T_CASE("the repair of an arena over the budget takes the fastest single change that fits") check_repair(g, h100);
     T_CASE("ilp plans: valid, exact peak, never behind a baseline") {
       int64_t m, k;
       range(g, h100, &m, &k);
