@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static bool grow(void **arr, int need, int *cap, size_t elem) {
   if (need <= *cap) return true;
@@ -128,12 +127,6 @@ double milp_violation(const MilpModel *m, const double *x) {
   }
   free(act);
   return worst;
-}
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 double milp_objective(const MilpModel *m, const double *x) {
@@ -557,7 +550,7 @@ static void glpk_callback(glp_tree *T, void *info) {
     glp_ios_terminate(T);
     return;
   }
-  if (cb->o->time_limit > 0 && now() - cb->t0 > cb->o->time_limit) {
+  if (cb->o->time_limit > 0 && util_now() - cb->t0 > cb->o->time_limit) {
     cb->stopped = true;
     glp_ios_terminate(T);
     return;
@@ -583,7 +576,7 @@ static void glpk_callback(glp_tree *T, void *info) {
    * with the 24x count: bound 36,757.7 us diving, 36,935.1 this way, in
    * 36.1 and 34.6 s. */
   if (reason == GLP_ISELECT && cb->cuts && best) glp_ios_select_node(T, best);
-  double t = now() - cb->t0;
+  double t = util_now() - cb->t0;
   if (cb->whole && !cb->o->quiet && t > 1 && t - cb->last_print >= 1) {
     cb->last_print = t;
     if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT) {
@@ -678,7 +671,7 @@ static glp_prob *glpk_load(const MilpModel *m, const MilpOptions *o, GlpkOwned *
 
 static void glpk_set_time_limit(glp_iocp *iocp, const MilpOptions *o, double t0) {
   if (o->time_limit <= 0) return;
-  double left = o->time_limit - (now() - t0);
+  double left = o->time_limit - (util_now() - t0);
   iocp->tm_lim = left > 0.001 ? (int)fmin(left * 1000, 2e9) : 1;
 }
 
@@ -741,7 +734,7 @@ static bool glpk_neighbourhood(glp_prob *P, const MilpModel *m, const MilpOption
  * feasible, else the looser problem's optimum; 0 (the result's "none")
  * when the looser problem did not finish either. */
 static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp *smcp, double *bound, GlpkOwned *w) {
-  double t0 = now();
+  double t0 = util_now();
   *bound = 0;
   if (o->warm_basis) {
     for (int i = 0; i < m->nrows; i++) glp_set_row_stat(P, i + 1, o->warm_basis[i]);
@@ -766,7 +759,7 @@ static int relax(glp_prob *P, const MilpModel *m, const MilpOptions *o, glp_smcp
   if (!loose_ok) return rc ? rc : GLP_EFAIL;
   glp_smcp dual = *smcp;
   dual.it_lim = smcp->it_lim - glp_get_it_cnt(P); /* the count is shared, */
-  if (smcp->tm_lim < INT_MAX) dual.tm_lim = (int)(smcp->tm_lim - 1000 * (now() - t0)); /* ... and the time */
+  if (smcp->tm_lim < INT_MAX) dual.tm_lim = (int)(smcp->tm_lim - 1000 * (util_now() - t0)); /* ... and the time */
   if (dual.it_lim <= 0 || dual.tm_lim <= 0) {
     *bound = loose_obj;
     return dual.it_lim <= 0 ? GLP_EITLIM : GLP_ETMLIM;
@@ -853,7 +846,7 @@ static int add_lazy_rows(glp_prob *P, const MilpModel *m, GlpkOwned *w, const gl
     if (!added) break;
     *bound = glp_get_obj_val(P) + m->obj_offset;
     if (smcp->it_lim < INT_MAX) dual.it_lim = smcp->it_lim - glp_get_it_cnt(P);
-    if (smcp->tm_lim < INT_MAX) dual.tm_lim = (int)(smcp->tm_lim - 1000 * (now() - t0));
+    if (smcp->tm_lim < INT_MAX) dual.tm_lim = (int)(smcp->tm_lim - 1000 * (util_now() - t0));
     if (dual.it_lim <= 0 || dual.tm_lim <= 0) {
       rc = dual.it_lim <= 0 ? GLP_EITLIM : GLP_ETMLIM;
       break;
@@ -895,7 +888,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     r->out_of_time = true;
     return 0;
   }
-  double t0 = now();
+  double t0 = util_now();
   glp_prob *P = glpk_load(m, o, w);
   if (!P || !lazy_new(m, o, &w->lazy)) {
     if (P) glp_delete_prob(P);
@@ -984,9 +977,9 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
       start = sub, start_obj = milp_objective(m, sub);
     }
   }
-  if (start && !o->quiet && now() - t0 > 1)
+  if (start && !o->quiet && util_now() - t0 > 1)
     fprintf(stderr, "ilp: incumbent %.6g bound %.6g gap %.3f%% %.1f s\n", start_obj, r->bound,
-            100 * rel_gap(start_obj, r->bound), now() - t0);
+            100 * rel_gap(start_obj, r->bound), util_now() - t0);
   if (start && (o->skip_tree || rel_gap(start_obj, r->bound) <= fmax(o->mip_gap, o->good_gap))) {
     /* Within the gap of the LP bound, or no tree asked for: the start stands. */
     memcpy(r->x, start, (size_t)m->ncols * sizeof(double));
@@ -1122,7 +1115,7 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
     w->proven = fmax(w->proven, root_bound);
   }
 done:
-  r->seconds = now() - t0;
+  r->seconds = util_now() - t0;
   w->iterations += glp_get_it_cnt(P);
   glp_delete_prob(P);
   return 0;
@@ -1160,7 +1153,7 @@ static double box_bound(const MilpModel *m) {
 static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err *e) {
   GlpkOwned *w = util_xcalloc(1, sizeof *w);
   if (!w) return err_set(e, "milp: out of memory");
-  double t0 = now();
+  double t0 = util_now();
   w->proven = box_bound(m);
   int rc;
   if (setjmp(w->back)) {
@@ -1172,7 +1165,7 @@ static int glpk_solve(const MilpModel *m, const MilpOptions *o, MilpResult *r, E
     if (!o->lp_only) {
       r->status = MILP_FAILED;
       r->bound = w->proven;
-      r->seconds = now() - t0;
+      r->seconds = util_now() - t0;
       rc = 0;
     } else {
       rc = err_set(e, "%s", r->failure);
