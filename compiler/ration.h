@@ -426,6 +426,12 @@ int sim_live(const Plan *p, const int *first, const int *last, SimResult *r);
 /* Live bytes and the three-stream time; with_trace keeps per-step bytes. */
 int sim_run(const Plan *p, const Graph *g, const Device *d, bool with_trace, SimResult *r, Err *e);
 void sim_result_free(SimResult *r);
+/* At most the step sim_run finds for p however its buffers are laid out
+ * (every time of the replay only grows with the waits for bytes a prefetch
+ * overwrites, the one place offsets enter): so a plan built up to its
+ * schedule can be judged before its layout is paid for. p is not checked;
+ * -1 when out of memory or where a host op has no host compute. */
+double sim_step_bound(const Plan *p, const Graph *g, const Device *d);
 
 /* ---------------------------------------------------------- strategies */
 

@@ -419,6 +419,43 @@ int main(void) {
     T_CHECK(rejected(p, "prefetch_wait for buffer"));
     plan_free(p);
   }
+  T_CASE("sim_step_bound: at most the step laid out, equal with no prefetch, below where a prefetch waits for bytes") {
+    /* gpt2-tiny on h100-sxm-80g with slow links, so that prefetches queue
+     * and some wait for the bytes they overwrite. */
+    Graph *m = graph_load("models/gpt2-tiny.json", &e);
+    Device *slow = device_load("budgets/h100-sxm-80g.json", &e);
+    T_CHECKF(m && slow, "%s", e.msg);
+    if (m && slow) slow->d2h_gbps = slow->h2d_gbps = 2;
+    Decision *dec = m ? calloc((size_t)m->ntensors, sizeof *dec) : NULL;
+    int above = 0, unequal = 0, below = 0, with_prefetch = 0;
+    srand(7);
+    for (int it = 0; dec && slow && it < 200; it++) {
+      for (int t = 0; t < m->ntensors; t++) dec[t] = DEC_NONE;
+      bool offload = it % 4 != 0; /* a quarter with no offload, so no prefetch */
+      for (int i = 0; i < m->nstashed; i++) dec[m->stashed[i]] = (Decision)(rand() % (offload ? 3 : 2));
+      Plan *p = plan_schedule_decisions(m, slow, dec, &e);
+      double bound = p ? sim_step_bound(p, m, slow) : -1;
+      if (!p || plan_finish(p, m, slow, &e)) {
+        T_CHECKF(0, "vector %d: %s", it, e.msg);
+        plan_free(p);
+        break;
+      }
+      bool prefetch = false;
+      for (int s = 0; s < p->nsteps; s++) prefetch |= p->steps[s].kind == STEP_PREFETCH;
+      double step = p->predicted.step_seconds;
+      above += bound > step;
+      unequal += !prefetch && bound != step;
+      below += bound < step;
+      with_prefetch += prefetch;
+      plan_free(p);
+    }
+    T_CHECKF(above == 0 && unequal == 0, "%d bounds above the step, %d unequal with no prefetch", above, unequal);
+    T_CHECKF(below > 0 && with_prefetch > 0, "no bound below its step (%d vectors with prefetches)", with_prefetch);
+    printf("  %d of 200 vectors with prefetches, %d bounds below the step\n", with_prefetch, below);
+    free(dec);
+    graph_free(m);
+    device_free(slow);
+  }
   graph_free(g);
   device_free(d);
   T_DONE();
