@@ -28,12 +28,15 @@
  *   cuts.c    the c-MIR cuts of branch and bound
  *   eval.c    a decision vector's columns, objective and peak
  *   search.c  the heuristics judged by that evaluation
+ *   repair.c  the changes judged by the simulator and the layout
  *   solve.c   the driver: plan_decide_ilp, the smallest budget
  */
 #ifndef RATION_ILP_H
 #define RATION_ILP_H
 
 #include "ration.h"
+
+#include <math.h>
 
 /* Columns of a Lin: a product's factor holds at most 2 (ilp_eq, ilp_at_or_after),
  * an AND at most 3 factors, so an AND's row holds at most 1 + 3 x 2; the
@@ -332,6 +335,40 @@ void ilp_kick(const Ilp *md, Candidate *best, const double *point, double bound,
               long evals);
 bool ilp_search_x(void *ctx, double *cols, const double *point, double bound);
 bool ilp_polish_x(void *ctx, double *cols);
+
+/* ------------------------------------------------------------ repair.c */
+
+/* Changes judged by the simulator itself: the model's stall estimate is
+ * not the simulator's (docs/PLANNING.md), and on small graphs the
+ * simulator is cheap. Graphs with more stashed tensors get none. */
+#define ILP_POLISH_MAX 64
+
+static inline bool ilp_out_of_time(double deadline) { return deadline < HUGE_VAL && util_now() >= deadline; }
+
+/* Whether DEC's plan fits the budget and steps under BELOW (HUGE_VAL: any
+ * step): its step into *step. */
+bool ilp_try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double below, double *step);
+
+/* The repairs of one budget: from each state a repair passed through
+ * (decisions and arena) to where it ended. */
+typedef struct Repairs {
+  int ntensors, n, cap;
+  Decision *from, *to;
+  int64_t *from_arena, *arena;
+} Repairs;
+void ilp_repairs_free(Repairs *r);
+/* DEC, whose arena ARENA is over the budget, changed one decision at a
+ * time while its arena falls, by the fastest change (FASTEST: one that
+ * fits if any does, else the fastest that lowers the arena) or the first
+ * that lowers it; the arena reached. MEMO (or NULL): the repairs of this
+ * budget so far, of the same kind; a repair that reaches a state of one
+ * ends where that one did (a step is a function of the state alone). */
+int64_t ilp_repair(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, bool fastest, double deadline,
+                   Repairs *memo);
+/* Single changes, then pairs on the smallest graphs, that keep DEC within
+ * the budget and make it faster than *best, until none does: whether any
+ * did (DEC and *best then the faster plan's). */
+bool ilp_polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline);
 
 /* ------------------------------------------------------------ solve.c */
 

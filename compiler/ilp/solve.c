@@ -73,7 +73,6 @@ static double deadline_of(const PlanOptions *o, double start) {
   return o->time_limit <= 0 ? HUGE_VAL : o->deadline > 0 ? o->deadline : start + o->time_limit;
 }
 
-static bool out_of_time(double deadline) { return deadline < HUGE_VAL && util_now() >= deadline; }
 
 static const char *const baselines[] = {"keep-all", "checkpoint-layers", "sqrt-n", "offload-all", "knapsack"};
 
@@ -400,7 +399,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   bool searched_already = pol.searched.ok && !memcmp(pol.searched.dec, best->dec, (size_t)g->ntensors * sizeof(Decision));
   if (best->ok && !isnan(r.lp_x[md.m.ncols]) && r.status != MILP_INFEASIBLE && !searched_already)
     ilp_kick(&md, best, r.lp_x, r.bound, limit, x, deadline, xevals);
-  bool timed_out = r.status == MILP_TIME_LIMIT || r.out_of_time || out_of_time(deadline);
+  bool timed_out = r.status == MILP_TIME_LIMIT || r.out_of_time || ilp_out_of_time(deadline);
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
   si->simplex_iterations = r.simplex_iterations, si->nodes = r.nodes;
@@ -487,16 +486,11 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
   return arena;
 }
 
-/* ------------------------------------------------------------ the simulator's word */
+/* ------------------------------------------------------------ the rounds */
 
-/* Single (and on the smallest graphs, paired) decision changes judged by
- * the simulator itself: the model's stall estimate is not the simulator's
- * (docs/PLANNING.md), and on small graphs the simulator is cheap. */
-#define ILP_POLISH_MAX 64
 #define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
 #define ILP_LIMIT_STEP 4096 /* ... no closer to a limit where nothing fit than this */
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
-#define ILP_PAIRS_MAX 16
 #define ILP_SAME_STEP_MAX 2 /* answers in a row at the last one's step, none fitting, before giving up the rounds */
 #define ILP_FINISH_PLANS (ILP_POOL + 6) /* plans built after the last solve: the pool, the answer, polish's, the caller's */
 
@@ -507,133 +501,6 @@ static double compute_us(const Graph *g, const Device *d) {
   return us;
 }
 
-/* DEC's plan, laid out and simulated, or NULL where its arena cannot be
- * at most CAP (its layout's lower bound is over it: the layout's search,
- * most of a plan's build near the smallest budget, is skipped) or on
- * error. The changes judged by the simulator below keep only plans within
- * a cap, so this gives them the same answers. */
-static Plan *plan_within(const Graph *g, const Device *d, const Decision *dec, int64_t cap) {
-  Err e;
-  Plan *p = plan_schedule_decisions(g, d, dec, &e);
-  if (p && (layout_device_lower_bound(p, g) > cap || plan_finish(p, g, d, &e))) {
-    plan_free(p);
-    p = NULL;
-  }
-  return p;
-}
-
-static bool try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double *step) {
-  Plan *p = plan_within(g, d, dec, budget);
-  bool ok = p && plan_fits(p, d, budget);
-  if (ok) *step = p->predicted.step_seconds;
-  plan_free(p);
-  return ok;
-}
-
-/* Whether the changes by the simulator below may move t to dec: an
- * offload only where the model has one (limit_host; never on a
- * unified_memory device, where a layout's luck could otherwise buy one). */
-static bool may_take(const Graph *g, const Device *d, int t, int dec) {
-  return dec != DEC_OFFLOAD || plan_host_share(g, t) <= plan_host_limit(d);
-}
-
-/* The memory-minimizing solve minimizes peak live bytes; the arena adds
- * fragmentation. On small graphs, single changes that lower the arena may
- * still reach the budget. Returns the smallest arena reached. */
-static int64_t shrink_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, double deadline) {
-  if (g->nstashed > ILP_POLISH_MAX) return arena;
-  for (bool moved = true; moved && arena > budget && !out_of_time(deadline);) {
-    moved = false;
-    for (int i = 0; i < g->nstashed && !moved; i++) {
-      int t = g->stashed[i];
-      Decision was = dec[t];
-      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was || !may_take(g, d, t, a)) continue;
-        dec[t] = (Decision)a;
-        Plan *p = plan_within(g, d, dec, arena - 1);
-        if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) arena = p->arena_bytes, moved = true;
-        else dec[t] = was;
-        plan_free(p);
-      }
-    }
-  }
-  return arena;
-}
-
-/* A fragmentation round's answer, over the budget by its layout, repaired
- * for speed: each step takes, among the single changes that lower the
- * arena, one that fits if any does, the fastest by the simulator (where
- * shrink_arena takes the first that lowers it, whatever it costs). The
- * answers sit at the peak limit and their layouts 66-315 KB over it
- * (gpt2-tiny at its smallest budget); the first change that lowers the
- * arena is mostly a slow one, so a repaired answer beat the plan in hand
- * only in the tenth round, where the fastest ones do in the second
- * (2026-11-29). Returns the arena reached. */
-static int64_t repair_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, double deadline) {
-  if (g->nstashed > ILP_POLISH_MAX) return arena;
-  for (bool moved = true; moved && arena > budget && !out_of_time(deadline);) {
-    moved = false;
-    int take = -1;
-    Decision to = DEC_KEEP;
-    double take_step = HUGE_VAL;
-    int64_t take_arena = arena;
-    for (int i = 0; i < g->nstashed; i++) {
-      int t = g->stashed[i];
-      Decision was = dec[t];
-      for (int a = DEC_KEEP; a <= DEC_OFFLOAD; a++) {
-        if (a == (int)was || !may_take(g, d, t, a)) continue;
-        dec[t] = (Decision)a;
-        /* Once a change fits, only one that fits can be taken instead: the
-         * others need no layout. */
-        Plan *p = plan_within(g, d, dec, take_arena <= budget ? budget : arena - 1);
-        if (p && p->arena_bytes < arena && plan_fits(p, d, INT64_MAX)) {
-          double step = p->predicted.step_seconds;
-          bool fits = p->arena_bytes <= budget, taken_fits = take_arena <= budget;
-          if ((fits && !taken_fits) || (fits == taken_fits && step < take_step))
-            take = t, to = (Decision)a, take_step = step, take_arena = p->arena_bytes;
-        }
-        dec[t] = was;
-        plan_free(p);
-      }
-    }
-    if (take >= 0) dec[take] = to, arena = take_arena, moved = true;
-  }
-  return arena;
-}
-
-static bool polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
-  if (g->nstashed > ILP_POLISH_MAX) return false;
-  bool any = false;
-  for (bool moved = true; moved && util_now() < deadline;) {
-    moved = false;
-    for (int i = 0; i < g->nstashed && !moved && util_now() < deadline; i++) {
-      int t = g->stashed[i];
-      Decision was = dec[t];
-      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was || !may_take(g, d, t, a)) continue;
-        dec[t] = (Decision)a;
-        double st;
-        if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
-        else dec[t] = was;
-      }
-    }
-    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && util_now() < deadline; i++)
-      for (int j = i + 1; j < g->nstashed && !moved; j++) {
-        int t = g->stashed[i], u = g->stashed[j];
-        Decision wt = dec[t], wu = dec[u];
-        for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++)
-          for (int b = DEC_KEEP; b <= DEC_OFFLOAD && !moved; b++) {
-            if (a == (int)wt || b == (int)wu || !may_take(g, d, t, a) || !may_take(g, d, u, b)) continue;
-            dec[t] = (Decision)a, dec[u] = (Decision)b;
-            double st;
-            if (try_plan(g, d, budget, dec, &st) && st < *best * (1 - 1e-12)) *best = st, moved = any = true;
-            else dec[t] = wt, dec[u] = wu;
-          }
-      }
-  }
-  return any;
-}
-
 /* ------------------------------------------------------------ public */
 
 int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *o, char *note, Err *e) {
@@ -641,7 +508,7 @@ int64_t plan_ilp_min_budget(const Graph *g, const Device *d, const PlanOptions *
 }
 
 int64_t plan_ilp_repair_arena(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena) {
-  return repair_arena(g, d, budget, dec, arena, HUGE_VAL);
+  return ilp_repair(g, d, budget, dec, arena, true, HUGE_VAL, NULL);
 }
 
 /* No plan at the budget: "infeasible" only where proven (the budget is
@@ -676,6 +543,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   int nexcluded = 0;
   SolverInfo work = {.simplex_iterations = 0}; /* every solve's, added up */
   Warm warm = {.basis = NULL};
+  /* The first-change and the fastest repairs of this budget's answers. */
+  Repairs repairs[2] = {{.ntensors = g->ntensors}, {.ntensors = g->ntensors}};
   Pool pool;
   memset(&pool, 0, sizeof pool);
   bool oom = !c.dec || !best || !mm || !repaired;
@@ -693,7 +562,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   /* Keep-all costs no recompute and no stall: when it fits, nothing is
    * faster and the bound (pure compute) proves it. */
   for (int i = 0; i < g->nstashed; i++) best[g->stashed[i]] = DEC_KEEP;
-  bool keep_all_fits = try_plan(g, d, o->budget_bytes, best, &best_s);
+  bool keep_all_fits = ilp_try_plan(g, d, o->budget_bytes, best, HUGE_VAL, &best_s);
   /* The solves stop early enough for what follows them to end by the
    * deadline: simulating the pool, polishing, and the caller's plan and
    * its files, each about one plan's build, timed on keep-all's just now
@@ -729,7 +598,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   bool mm_ok = false;
   char mm_note[sizeof si->note] = "";
   for (int round = 0; round < ILP_ROUNDS + (g->nstashed <= ILP_POLISH_MAX ? ILP_EXCLUDE_MAX : 0); round++) {
-    if (round > 0 && out_of_time(deadline)) break;
+    if (round > 0 && ilp_out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
     int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : round > 0 || o->no_proof ? GOAL_TIME | GOAL_NO_PROOF : GOAL_TIME;
@@ -793,9 +662,8 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
          fastest--) {
       memcpy(repaired, c.dec, (size_t)g->ntensors * sizeof(Decision));
       double step;
-      int64_t reached = fastest ? repair_arena(g, d, o->budget_bytes, repaired, c_arena, deadline)
-                                : shrink_arena(g, d, o->budget_bytes, repaired, c_arena, deadline);
-      if (reached <= o->budget_bytes && try_plan(g, d, o->budget_bytes, repaired, &step) && step < best_s * (1 - 1e-12)) {
+      int64_t reached = ilp_repair(g, d, o->budget_bytes, repaired, c_arena, fastest, deadline, &repairs[fastest]);
+      if (reached <= o->budget_bytes && ilp_try_plan(g, d, o->budget_bytes, repaired, best_s * (1 - 1e-12), &step)) {
         memcpy(best, repaired, (size_t)g->ntensors * sizeof(Decision));
         best_s = step, picked = true;
         *si = rsi;
@@ -815,7 +683,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
      * unpolished one (cond-4 seed 1 of bench/gen_graph.py at its smallest
      * budget: 23 rounds, 0.9 s each, to reach 2.7% above the bound, where
      * polish took the first round's plan within 2%). Once per plan. */
-    if (best_s < polished_s && c.ok && c_arena > o->budget_bytes && polish(g, d, o->budget_bytes, best, &best_s, deadline) &&
+    if (best_s < polished_s && c.ok && c_arena > o->budget_bytes && ilp_polish(g, d, o->budget_bytes, best, &best_s, deadline) &&
         !strcmp(si->status, "optimal"))
       snprintf(si->status, sizeof si->status, "feasible");
     if (best_s < polished_s) polished_s = best_s;
@@ -874,9 +742,9 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       mm_goal = GOAL_MEMORY, mm_ok = least_memory_plan(g, d, o, mm_goal, deadline, mm, &mm_arena, &mm_proven, mm_note, &work, &e2) == 0;
     if (mm_ok) {
       memcpy(best, mm, (size_t)g->ntensors * sizeof(Decision));
-      m = mm_arena > o->budget_bytes ? shrink_arena(g, d, o->budget_bytes, best, mm_arena, deadline) : mm_arena;
+      m = mm_arena > o->budget_bytes ? ilp_repair(g, d, o->budget_bytes, best, mm_arena, false, deadline, &repairs[0]) : mm_arena;
     }
-    if (m >= 0 && m <= o->budget_bytes && try_plan(g, d, o->budget_bytes, best, &best_s)) {
+    if (m >= 0 && m <= o->budget_bytes && ilp_try_plan(g, d, o->budget_bytes, best, HUGE_VAL, &best_s)) {
       snprintf(si->status, sizeof si->status, "feasible");
       if (!si->note[0]) snprintf(si->note, sizeof si->note, "%s", mm_note);
     } else {
@@ -888,7 +756,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       goto out;
     }
   }
-  if (polish(g, d, o->budget_bytes, best, &best_s, deadline) && !strcmp(si->status, "optimal"))
+  if (ilp_polish(g, d, o->budget_bytes, best, &best_s, deadline) && !strcmp(si->status, "optimal"))
     snprintf(si->status, sizeof si->status, "feasible");
   /* One objective: the returned plan's simulated step time. Where the
    * model's differs (docs/PLANNING.md section 4: stalls it can only
@@ -901,7 +769,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   si->bound = fmin(fmax(bound, least_us), si->objective);
   si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
   si->seconds = util_now() - start;
-  if (out_of_time(deadline) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
+  if (ilp_out_of_time(deadline) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
   if (si->gap < 1e-12) si->gap = 0;
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
   rc = 0;
@@ -912,6 +780,8 @@ out:
   free(mm);
   free(repaired);
   free(warm.basis);
+  ilp_repairs_free(&repairs[0]);
+  ilp_repairs_free(&repairs[1]);
   for (int i = 0; i < nexcluded; i++) free(excluded[i]);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
   return rc;

@@ -1,0 +1,269 @@
+/*
+ * repair.c - decision changes judged by the simulator and the layout
+ * themselves, where the model's answer is not yet the plan: the model's
+ * peak is exact, but the arena adds the layout's fragmentation and the
+ * model's stalls are an estimate (docs/PLANNING.md section 5). An answer
+ * over the budget by its layout is repaired by single changes that lower
+ * its arena, the first found or the fastest by the simulator; each repair
+ * is remembered, so that another answer whose repair reaches the same
+ * decisions ends where that one did at once. A plan that fits is polished
+ * by single and, on the smallest graphs, paired changes that make it
+ * faster.
+ */
+#include "ilp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ILP_PAIRS_MAX 16 /* stashed tensors up to which polish tries pairs of changes */
+
+/* ------------------------------------------------------------ one plan */
+
+/* DEC's plan built up to its schedule, or NULL where its arena cannot be
+ * at most CAP (its layout's lower bound is over it) or its step cannot be
+ * under BELOW (sim_step_bound; HUGE_VAL: any step) or on error: the
+ * layout's search, most of a plan's build near the smallest budget, is
+ * paid only for a plan that may be kept. The changes judged by the
+ * simulator below keep only plans within such limits, so this gives them
+ * the same answers. */
+static Plan *scheduled_within(const Graph *g, const Device *d, const Decision *dec, int64_t cap, double below) {
+  Err e;
+  Plan *p = plan_schedule_decisions(g, d, dec, &e);
+  if (p && (layout_device_lower_bound(p, g) > cap || (below < HUGE_VAL && sim_step_bound(p, g, d) >= below))) {
+    plan_free(p);
+    p = NULL;
+  }
+  return p;
+}
+
+/* The same laid out and simulated. */
+static Plan *plan_within(const Graph *g, const Device *d, const Decision *dec, int64_t cap, double below) {
+  Err e;
+  Plan *p = scheduled_within(g, d, dec, cap, below);
+  if (p && plan_finish(p, g, d, &e)) {
+    plan_free(p);
+    p = NULL;
+  }
+  return p;
+}
+
+bool ilp_try_plan(const Graph *g, const Device *d, int64_t budget, const Decision *dec, double below, double *step) {
+  Plan *p = plan_within(g, d, dec, budget, below);
+  bool ok = p && plan_fits(p, d, budget) && p->predicted.step_seconds < below;
+  if (ok) *step = p->predicted.step_seconds;
+  plan_free(p);
+  return ok;
+}
+
+/* Whether the changes by the simulator may move t to dec: an offload only
+ * where the model has one (limit_host; never on a unified_memory device,
+ * where a layout's luck could otherwise buy one). */
+static bool may_take(const Graph *g, const Device *d, int t, int dec) {
+  return dec != DEC_OFFLOAD || plan_host_share(g, t) <= plan_host_limit(d);
+}
+
+/* ------------------------------------------------------------ repairs */
+
+/* A single change: stashed tensor t to TO; BOUND: its plan's step at best
+ * (sim_step_bound); ORDER: its place in the scan, which breaks ties
+ * between equal steps as the scan would. */
+typedef struct {
+  int t;
+  Decision to;
+  double bound;
+  int order;
+} Change;
+
+/* Every single change of DEC the repairs may take, in scan order, into
+ * CH (3 per stashed tensor at most): how many. */
+static int single_changes(const Graph *g, const Device *d, const Decision *dec, Change *ch) {
+  int n = 0;
+  for (int i = 0; i < g->nstashed; i++) {
+    int t = g->stashed[i];
+    for (int a = DEC_KEEP; a <= DEC_OFFLOAD; a++)
+      if (a != (int)dec[t] && may_take(g, d, t, a)) ch[n] = (Change){t, (Decision)a, 0, n}, n++;
+  }
+  return n;
+}
+
+/* The first single change that lowers the arena (the memory-minimizing
+ * solve's plan: only the arena matters there), into dec and *arena:
+ * whether there was one. CH: scratch for every change. */
+static bool first_change(const Graph *g, const Device *d, Decision *dec, int64_t *arena, Change *ch) {
+  int n = single_changes(g, d, dec, ch);
+  for (int k = 0; k < n; k++) {
+    Decision was = dec[ch[k].t];
+    dec[ch[k].t] = ch[k].to;
+    Plan *p = plan_within(g, d, dec, *arena - 1, HUGE_VAL);
+    bool lower = p && p->arena_bytes < *arena && plan_fits(p, d, INT64_MAX);
+    if (lower) *arena = p->arena_bytes;
+    plan_free(p);
+    if (lower) return true;
+    dec[ch[k].t] = was;
+  }
+  return false;
+}
+
+static int by_bound(const void *a, const void *b) {
+  const Change *x = a, *y = b;
+  if (x->bound != y->bound) return x->bound < y->bound ? -1 : 1;
+  return (x->order > y->order) - (x->order < y->order);
+}
+
+/* Among the single changes that lower the arena, one that fits the budget
+ * if any does, the fastest by the simulator (ties: the first in the scan),
+ * into dec and *arena: whether there was one. CH: scratch for every
+ * change. The answers sit at the peak limit and their layouts 66-315 KB
+ * over it (gpt2-tiny at its smallest budget); the first change that
+ * lowers the arena is mostly a slow one, so a repaired answer beat the
+ * plan in hand only in the tenth round, where the fastest ones do in the
+ * second (2026-11-29). */
+static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t *arena, Change *ch) {
+  /* The changes that may lower the arena, by their steps' bounds: each is
+   * laid out only while it may still be taken. */
+  int all = single_changes(g, d, dec, ch), n = 0;
+  for (int k = 0; k < all; k++) {
+    Decision was = dec[ch[k].t];
+    dec[ch[k].t] = ch[k].to;
+    Plan *p = scheduled_within(g, d, dec, *arena - 1, HUGE_VAL);
+    dec[ch[k].t] = was;
+    if (p) ch[n] = ch[k], ch[n++].bound = fmax(0, sim_step_bound(p, g, d));
+    plan_free(p);
+  }
+  qsort(ch, (size_t)n, sizeof *ch, by_bound);
+  int take = -1;
+  double take_step = HUGE_VAL;
+  int64_t take_arena = *arena;
+  for (int k = 0; k < n; k++) {
+    bool taken_fits = take_arena <= budget;
+    /* Its step and order are at least its bound's: behind the one taken,
+     * it can be taken instead only by fitting where that does not. */
+    bool behind = take >= 0 && (ch[k].bound > take_step || (ch[k].bound == take_step && ch[k].order > ch[take].order));
+    if (behind && taken_fits) break;
+    Decision was = dec[ch[k].t];
+    dec[ch[k].t] = ch[k].to;
+    Plan *p = plan_within(g, d, dec, behind || taken_fits ? budget : *arena - 1, HUGE_VAL);
+    dec[ch[k].t] = was;
+    if (p && p->arena_bytes < *arena && plan_fits(p, d, INT64_MAX)) {
+      double step = p->predicted.step_seconds;
+      bool fits = p->arena_bytes <= budget;
+      bool faster = step < take_step || (step == take_step && ch[k].order < ch[take].order);
+      if ((fits && !taken_fits) || (fits == taken_fits && faster)) take = k, take_step = step, take_arena = p->arena_bytes;
+    }
+    plan_free(p);
+  }
+  if (take < 0) return false;
+  dec[ch[take].t] = ch[take].to;
+  *arena = take_arena;
+  return true;
+}
+
+/* The repair that passed through decisions DEC at arena ARENA, or -1. */
+static int repairs_find(const Repairs *r, const Decision *dec, int64_t arena, size_t size) {
+  for (int i = 0; i < r->n; i++)
+    if (r->from_arena[i] == arena && !memcmp(r->from + (size_t)i * r->ntensors, dec, size)) return i;
+  return -1;
+}
+
+static void repairs_add(Repairs *r, const Decision *from, int64_t from_arena, const Decision *to, int64_t arena) {
+  size_t nt = (size_t)r->ntensors;
+  if (r->n == r->cap) {
+    int cap = r->cap ? 2 * r->cap : 16;
+    Decision *f = realloc(r->from, (size_t)cap * nt * sizeof *f);
+    if (f) r->from = f;
+    Decision *t = realloc(r->to, (size_t)cap * nt * sizeof *t);
+    if (t) r->to = t;
+    int64_t *fa = realloc(r->from_arena, (size_t)cap * sizeof *fa);
+    if (fa) r->from_arena = fa;
+    int64_t *a = realloc(r->arena, (size_t)cap * sizeof *a);
+    if (a) r->arena = a;
+    if (!f || !t || !fa || !a) return; /* not remembered: repaired again when met */
+    r->cap = cap;
+  }
+  memcpy(r->from + (size_t)r->n * nt, from, nt * sizeof *from);
+  memcpy(r->to + (size_t)r->n * nt, to, nt * sizeof *to);
+  r->from_arena[r->n] = from_arena;
+  r->arena[r->n++] = arena;
+}
+
+void ilp_repairs_free(Repairs *r) {
+  free(r->from);
+  free(r->to);
+  free(r->from_arena);
+  free(r->arena);
+  *r = (Repairs){.ntensors = r->ntensors};
+}
+
+int64_t ilp_repair(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t arena, bool fastest, double deadline,
+                   Repairs *memo) {
+  if (g->nstashed > ILP_POLISH_MAX) return arena;
+  size_t nt = (size_t)g->ntensors, size = nt * sizeof *dec;
+  Change *ch = util_xcalloc(3 * (size_t)g->nstashed + 1, sizeof *ch);
+  Decision *path = NULL; /* the decisions and arena at each step's start */
+  int64_t *path_arena = NULL;
+  int npath = 0, cap = 0;
+  bool ended = ch != NULL; /* a repair cut short is not remembered */
+  for (bool moved = ended; moved && arena > budget;) {
+    if (ilp_out_of_time(deadline)) {
+      ended = false;
+      break;
+    }
+    int seen = memo ? repairs_find(memo, dec, arena, size) : -1;
+    if (seen >= 0) {
+      memcpy(dec, memo->to + (size_t)seen * nt, size);
+      arena = memo->arena[seen];
+      break;
+    }
+    if (memo && npath == cap) {
+      cap = cap ? 2 * cap : 8;
+      Decision *grown = realloc(path, (size_t)cap * size);
+      if (grown) path = grown;
+      int64_t *grown_arena = realloc(path_arena, (size_t)cap * sizeof *path_arena);
+      if (grown_arena) path_arena = grown_arena;
+      if (!grown || !grown_arena) memo = NULL;
+    }
+    if (memo) memcpy(path + (size_t)npath * nt, dec, size), path_arena[npath++] = arena;
+    moved = fastest ? fastest_change(g, d, budget, dec, &arena, ch) : first_change(g, d, dec, &arena, ch);
+  }
+  for (int i = 0; memo && ended && i < npath; i++) repairs_add(memo, path + (size_t)i * nt, path_arena[i], dec, arena);
+  free(path);
+  free(path_arena);
+  free(ch);
+  return arena;
+}
+
+/* ------------------------------------------------------------ polish */
+
+bool ilp_polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
+  if (g->nstashed > ILP_POLISH_MAX) return false;
+  bool any = false;
+  for (bool moved = true; moved && !ilp_out_of_time(deadline);) {
+    moved = false;
+    for (int i = 0; i < g->nstashed && !moved && !ilp_out_of_time(deadline); i++) {
+      int t = g->stashed[i];
+      Decision was = dec[t];
+      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
+        if (a == (int)was || !may_take(g, d, t, a)) continue;
+        dec[t] = (Decision)a;
+        double st;
+        if (ilp_try_plan(g, d, budget, dec, *best * (1 - 1e-12), &st)) *best = st, moved = any = true;
+        else dec[t] = was;
+      }
+    }
+    for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && !ilp_out_of_time(deadline); i++)
+      for (int j = i + 1; j < g->nstashed && !moved; j++) {
+        int t = g->stashed[i], u = g->stashed[j];
+        Decision wt = dec[t], wu = dec[u];
+        for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++)
+          for (int b = DEC_KEEP; b <= DEC_OFFLOAD && !moved; b++) {
+            if (a == (int)wt || b == (int)wu || !may_take(g, d, t, a) || !may_take(g, d, u, b)) continue;
+            dec[t] = (Decision)a, dec[u] = (Decision)b;
+            double st;
+            if (ilp_try_plan(g, d, budget, dec, *best * (1 - 1e-12), &st)) *best = st, moved = any = true;
+            else dec[t] = wt, dec[u] = wu;
+          }
+      }
+  }
+  return any;
+}
