@@ -6,7 +6,7 @@
 # or without --device, and the schedule runs. Bad values are refused.
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-G=models/gpt2-tiny.json
+G=models/llama-tiny.json
 R=33554432
 # The same device with no runtime bytes, and with R of them.
 /usr/bin/python3 -c "

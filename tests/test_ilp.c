@@ -510,17 +510,20 @@ int main(void) {
   }
   Graph *tiny = graph_load("models/gpt2-tiny.json", &e);
   T_CASE("infeasible budget: the smallest budget named is met") {
+    /* llama-tiny: gpt2-tiny's plan at the budget named takes 500 CPU s. */
+    Graph *lt = graph_load("models/llama-tiny.json", &e);
     PlanOptions o = {.strategy = "ilp", .solver = "glpk", .budget_bytes = 1 << 20, .quiet = true};
     Err e2 = {{0}};
-    Plan *p = tiny ? plan_make(tiny, h100, &o, &e2) : NULL;
-    T_CHECK(p == NULL);
+    Plan *p = lt ? plan_make(lt, h100, &o, &e2) : NULL;
+    T_CHECK(lt && p == NULL);
     long long m = named_budget(e2.msg);
     T_CHECKF(m > 0, "message: %s", e2.msg);
     if (m > 0) {
       T_CHECKF(m > (1 << 20), "named %lld", m);
-      check_named_met(tiny, h100, o, m, "unlimited");
+      check_named_met(lt, h100, o, m, "unlimited");
     }
     plan_free(p);
+    graph_free(lt);
   }
   T_CASE("a graph whose resident bytes dominate: the smallest budget within 0.1% of info's lower bound, and met") {
     /* A llama whose vocabulary's params and optimizer state dwarf its
@@ -606,7 +609,8 @@ int main(void) {
     /* What `ration report` starts its budget points at. */
     int64_t least_report = tiny ? plan_ilp_min_budget(tiny, h100, &o, note, &e2) : -1;
     T_CHECKF(!tiny || (least_report > 0 && !note[0]), "unlimited: %s", e2.msg);
-    int in_mm = 0, in_report = 0;
+    int in_mm = 0, in_report = 0, nmet = 0;
+    long long met[64];
     for (int mb = 1; least && mb <= 64; mb++) {
       glp_mem_limit(mb);
       int64_t named_report = plan_ilp_min_budget(tiny, h100, &o, note, &e2);
@@ -630,9 +634,16 @@ int main(void) {
       T_CHECKF(failed ? named >= least && strstr(e2.msg, " (the least found before milp: GLPK failed") : named == least,
                "%d MB: the least is %lld: %s", mb, least, e2.msg);
       if (failed && in_mm++ == 0) printf("  %d MB: %s\n", mb, e2.msg);
-      char when[32];
-      snprintf(when, sizeof when, "%d MB", mb);
-      check_named_met(tiny, h100, o, named, when);
+      /* Each budget named is planned once: a plan is a function of its
+       * budget (the limits that fail GLPK are off by then). */
+      bool seen = false;
+      for (int i = 0; i < nmet; i++) seen |= met[i] == named;
+      if (!seen) {
+        char when[32];
+        snprintf(when, sizeof when, "%d MB", mb);
+        check_named_met(tiny, h100, o, named, when);
+        met[nmet++] = named;
+      }
       if (!failed) break;
     }
     T_CHECKF(!least || (in_mm > 0 && in_report > 0), "GLPK never failed inside the memory-minimizing solve: %d, %d", in_mm,
