@@ -65,14 +65,17 @@ static bool may_take(const Graph *g, const Device *d, int t, int dec) {
 
 /* ------------------------------------------------------------ repairs */
 
-/* A single change: stashed tensor t to TO; BOUND: its plan's step at best
- * (sim_step_bound); ORDER: its place in the scan, which breaks ties
- * between equal steps as the scan would. */
+/* A single change: stashed tensor t to TO; ORDER: its place in the scan,
+ * which breaks ties between equal steps as the scan would. Where the
+ * fastest-change repair built its plan up to the schedule: that plan P,
+ * its layout's lower bound LB and its step's BOUND (sim_step_bound). */
 typedef struct {
   int t;
   Decision to;
   double bound;
   int order;
+  int64_t lb;
+  Plan *p;
 } Change;
 
 /* Every single change of DEC the repairs may take, in scan order, into
@@ -82,7 +85,7 @@ static int single_changes(const Graph *g, const Device *d, const Decision *dec, 
   for (int i = 0; i < g->nstashed; i++) {
     int t = g->stashed[i];
     for (int a = DEC_KEEP; a <= DEC_OFFLOAD; a++)
-      if (a != (int)dec[t] && may_take(g, d, t, a)) ch[n] = (Change){t, (Decision)a, 0, n}, n++;
+      if (a != (int)dec[t] && may_take(g, d, t, a)) ch[n] = (Change){.t = t, .to = (Decision)a, .order = n}, n++;
   }
   return n;
 }
@@ -120,16 +123,21 @@ static int by_bound(const void *a, const void *b) {
  * plan in hand only in the tenth round, where the fastest ones do in the
  * second (2026-11-29). */
 static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t *arena, Change *ch) {
-  /* The changes that may lower the arena, by their steps' bounds: each is
-   * laid out only while it may still be taken. */
+  /* The changes that may lower the arena, by their steps' bounds, their
+   * plans kept: each is laid out only while it may still be taken. */
   int all = single_changes(g, d, dec, ch), n = 0;
   for (int k = 0; k < all; k++) {
+    Err e;
     Decision was = dec[ch[k].t];
     dec[ch[k].t] = ch[k].to;
-    Plan *p = scheduled_within(g, d, dec, *arena - 1, HUGE_VAL);
+    Plan *p = plan_schedule_decisions(g, d, dec, &e);
     dec[ch[k].t] = was;
-    if (p) ch[n] = ch[k], ch[n++].bound = fmax(0, sim_step_bound(p, g, d));
-    plan_free(p);
+    int64_t lb = p ? layout_device_lower_bound(p, g) : INT64_MAX;
+    if (lb > *arena - 1) {
+      plan_free(p);
+      continue;
+    }
+    ch[n] = ch[k], ch[n].lb = lb, ch[n].p = p, ch[n++].bound = fmax(0, sim_step_bound(p, g, d));
   }
   qsort(ch, (size_t)n, sizeof *ch, by_bound);
   int take = -1;
@@ -141,18 +149,17 @@ static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Deci
      * it can be taken instead only by fitting where that does not. */
     bool behind = take >= 0 && (ch[k].bound > take_step || (ch[k].bound == take_step && ch[k].order > ch[take].order));
     if (behind && taken_fits) break;
-    Decision was = dec[ch[k].t];
-    dec[ch[k].t] = ch[k].to;
-    Plan *p = plan_within(g, d, dec, behind || taken_fits ? budget : *arena - 1, HUGE_VAL);
-    dec[ch[k].t] = was;
-    if (p && p->arena_bytes < *arena && plan_fits(p, d, INT64_MAX)) {
+    Err e;
+    Plan *p = ch[k].p;
+    if (ch[k].lb > (behind || taken_fits ? budget : *arena - 1) || plan_finish(p, g, d, &e)) continue;
+    if (p->arena_bytes < *arena && plan_fits(p, d, INT64_MAX)) {
       double step = p->predicted.step_seconds;
       bool fits = p->arena_bytes <= budget;
       bool faster = step < take_step || (step == take_step && ch[k].order < ch[take].order);
       if ((fits && !taken_fits) || (fits == taken_fits && faster)) take = k, take_step = step, take_arena = p->arena_bytes;
     }
-    plan_free(p);
   }
+  for (int k = 0; k < n; k++) plan_free(ch[k].p);
   if (take < 0) return false;
   dec[ch[take].t] = ch[take].to;
   *arena = take_arena;
