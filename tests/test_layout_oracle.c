@@ -1,16 +1,24 @@
 /*
  * test_layout_oracle.c - layout_pack gives exactly the offsets and arena
  * of the greedy portfolio as it was before its scan was made faster
- * (commit a789536), kept below verbatim as the oracle: the faster scan
- * must change nothing a plan shows (offsets, arena), nor the scanned-work
- * count that ends the squeaky rounds (a different count stops the rounds
- * elsewhere, which the work-limited sets below would show as other
- * offsets). Checked on random item sets (sizes, alignments, lifetimes
- * with and without whole items, 1 to 600 items) and on the device and
- * host item sets of plans built from random decision vectors on
- * gpt2-tiny and llama-tiny. Prints both versions' CPU seconds.
+ * (commit a789536), kept below verbatim as the oracle (its names prefixed
+ * old_): the faster scan must change nothing a plan shows, nor the
+ * scanned-work count that ends the squeaky rounds. Checked pass by pass
+ * (the same top, offsets and work count after each greedy pass in random
+ * orders, both rules, with and without a stop) and whole packs on random
+ * item sets (sizes, alignments, lifetimes with and without whole items, 1
+ * to 600 items) and on the device and host item sets of plans built from
+ * random decision vectors on gpt2-tiny and llama-tiny. Prints both
+ * versions' CPU seconds.
  */
-#include "ration.h"
+/* The code under test, compiled here so that its greedy passes can be
+ * run one by one; its exported names renamed, which the library defines. */
+#define layout_pack tested_layout_pack
+#define layout_lower_bound tested_layout_lower_bound
+#define layout_assign tested_layout_assign
+#define layout_device_lower_bound tested_layout_device_lower_bound
+#include "layout.c"
+
 #include "test.h"
 
 #include <stdint.h>
@@ -18,21 +26,21 @@
 #include <time.h>
 
 /* ---------------------------------------------- the oracle (a789536) */
-#define LAYOUT_MAX_ARENA (1LL << 62)
+#define OLD_LAYOUT_MAX_ARENA (1LL << 62)
 /* Scanned entries over all rounds of one pack: about 20 ms on this machine
- * at most, and at most LAYOUT_WORK_PASSES times the first pass, so that
+ * at most, and at most OLD_LAYOUT_WORK_PASSES times the first pass, so that
  * small plans (enumerated by the thousand in tests and searches) stay
  * cheap; a pack that meets the bound at once costs one greedy pass. */
-#define LAYOUT_WORK_LIMIT 12000000LL
-#define LAYOUT_WORK_PASSES 128
-#define LAYOUT_SQUEAKY_ROUNDS 200
+#define OLD_LAYOUT_WORK_LIMIT 12000000LL
+#define OLD_LAYOUT_WORK_PASSES 128
+#define OLD_LAYOUT_SQUEAKY_ROUNDS 200
 
 /* Byte ranges [lo, hi), sorted, disjoint; hi is aligned. */
-typedef struct Span {
+typedef struct OldSpan {
   int64_t lo, hi;
-} Span;
+} OldSpan;
 
-typedef struct Packer {
+typedef struct OldPacker {
   const LayoutItem *it;
   int n;
   int64_t align;
@@ -43,19 +51,19 @@ typedef struct Packer {
   int64_t *off;   /* offsets of the greedy pass in progress */
   /* Items placed so far that are not whole, by offset: steps and byte
    * range (hi aligned) side by side, so that the scan reads memory in order. */
-  struct Placed {
+  struct OldPlaced {
     int first, last;
     int64_t lo, hi;
   } *placed;
-  Span *whole;    /* merged ranges of whole items placed so far */
-  Span *all;      /* merged ranges of every item placed so far */
+  OldSpan *whole;    /* merged ranges of whole items placed so far */
+  OldSpan *all;      /* merged ranges of every item placed so far */
   int64_t work;
-} Packer;
+} OldPacker;
 
-static const Packer *sort_ctx; /* qsort has no context argument in C11 */
+static const OldPacker *old_sort_ctx; /* qsort has no context argument in C11 */
 
-static int by_key(const void *a, const void *b) {
-  const Packer *k = sort_ctx;
+static int old_by_key(const void *a, const void *b) {
+  const OldPacker *k = old_sort_ctx;
   int x = *(const int *)a, y = *(const int *)b;
   const LayoutItem *p = &k->it[x], *q = &k->it[y];
   if (k->key[x] != k->key[y]) return k->key[x] > k->key[y] ? -1 : 1;
@@ -65,7 +73,7 @@ static int by_key(const void *a, const void *b) {
 }
 
 /* Adds [lo, hi) to a span list, merging what it overlaps or touches. */
-static void span_add(Span *s, int *n, int64_t lo, int64_t hi) {
+static void old_span_add(OldSpan *s, int *n, int64_t lo, int64_t hi) {
   int i = 0, top = *n;
   while (i < top) { /* first span whose end reaches lo */
     int mid = (i + top) / 2;
@@ -78,15 +86,15 @@ static void span_add(Span *s, int *n, int64_t lo, int64_t hi) {
     if (s[j].hi > hi) hi = s[j].hi;
   }
   memmove(&s[i + 1], &s[j], (size_t)(*n - j) * sizeof *s);
-  s[i] = (Span){lo, hi};
+  s[i] = (OldSpan){lo, hi};
   *n += 1 - (j - i);
 }
 
-enum { RULE_BEST_FIT, RULE_FIRST_FIT };
+enum { OLD_RULE_BEST_FIT, OLD_RULE_FIRST_FIT };
 
 /* One greedy pass in k->order. Gives up (returning at least stop) once the
  * arena reaches stop: it could not be an improvement. */
-static int64_t greedy(Packer *k, int rule, int64_t stop) {
+static int64_t old_greedy(OldPacker *k, int rule, int64_t stop) {
   int nplaced = 0, nwhole = 0, nall = 0;
   int64_t top = 0, align = k->align;
   for (int i = 0; i < k->n; i++) {
@@ -104,7 +112,7 @@ static int64_t greedy(Packer *k, int rule, int64_t stop) {
         if (a == nall) break;
         lo = k->all[a].lo, hi = k->all[a].hi, a++;
       } else {
-        const struct Placed *pl = k->placed;
+        const struct OldPlaced *pl = k->placed;
         while (a < nplaced && (pl[a].first > t->last || t->first > pl[a].last)) a++;
         if (a == nplaced && w == nwhole) break;
         if (a < nplaced && (w == nwhole || pl[a].lo < k->whole[w].lo)) {
@@ -114,7 +122,7 @@ static int64_t greedy(Packer *k, int rule, int64_t stop) {
         }
       }
       if (lo > cursor && lo - cursor >= t->bytes) {
-        if (rule == RULE_FIRST_FIT) {
+        if (rule == OLD_RULE_FIRST_FIT) {
           best = cursor;
           break;
         }
@@ -128,13 +136,13 @@ static int64_t greedy(Packer *k, int rule, int64_t stop) {
     if (at + t->bytes > top) top = at + t->bytes;
     if (top >= stop) return top;
     int64_t hi = util_align_up(at + t->bytes, align);
-    span_add(k->all, &nall, at, hi);
+    old_span_add(k->all, &nall, at, hi);
     if (is_whole) {
-      span_add(k->whole, &nwhole, at, hi);
+      old_span_add(k->whole, &nwhole, at, hi);
     } else {
       int j = nplaced++;
       for (; j > 0 && k->placed[j - 1].lo > at; j--) k->placed[j] = k->placed[j - 1];
-      k->placed[j] = (struct Placed){t->first, t->last, at, hi};
+      k->placed[j] = (struct OldPlaced){t->first, t->last, at, hi};
     }
   }
   return top;
@@ -142,11 +150,11 @@ static int64_t greedy(Packer *k, int rule, int64_t stop) {
 
 /* The orders of the portfolio, most often best first (measured on the
  * checked-in models' plans and random decision vectors). */
-enum { ORDER_SIZE, ORDER_AREA, ORDER_BUSIEST, ORDER_LIFETIME, ORDER_START, ORDER_PEAK, ORDER_PEAK_END, ORDER_COUNT };
+enum { OLD_ORDER_SIZE, OLD_ORDER_AREA, OLD_ORDER_BUSIEST, OLD_ORDER_LIFETIME, OLD_ORDER_START, OLD_ORDER_PEAK, OLD_ORDER_PEAK_END, OLD_ORDER_COUNT };
 
 /* The largest aligned live total over each item's lifetime, from a segment
  * tree of per-step totals. */
-static int busiest_keys(Packer *k, int64_t *out) {
+static int old_busiest_keys(OldPacker *k, int64_t *out) {
   int steps = k->t1 + 1;
   int64_t *tree = util_xcalloc(2 * (size_t)steps + 1, sizeof *tree);
   if (!tree) return -1;
@@ -173,32 +181,32 @@ static int busiest_keys(Packer *k, int64_t *out) {
   return 0;
 }
 
-static void sort_order(Packer *k, int which, const int64_t *busiest) {
+static void old_sort_order(OldPacker *k, int which, const int64_t *busiest) {
   for (int i = 0; i < k->n; i++) {
     const LayoutItem *t = &k->it[i];
     int64_t len = (int64_t)t->last - t->first + 1;
     k->order[i] = i;
     switch (which) {
-    case ORDER_SIZE: k->key[i] = 0; break; /* by_key falls through to size */
+    case OLD_ORDER_SIZE: k->key[i] = 0; break; /* old_by_key falls through to size */
     /* bytes < 2^62 and len < 2^31: saturate rather than overflow */
-    case ORDER_AREA: k->key[i] = t->bytes > INT64_MAX / len ? INT64_MAX : t->bytes * len; break;
-    case ORDER_BUSIEST: k->key[i] = busiest[i]; break;
-    case ORDER_LIFETIME: k->key[i] = len; break;
+    case OLD_ORDER_AREA: k->key[i] = t->bytes > INT64_MAX / len ? INT64_MAX : t->bytes * len; break;
+    case OLD_ORDER_BUSIEST: k->key[i] = busiest[i]; break;
+    case OLD_ORDER_LIFETIME: k->key[i] = len; break;
     /* What is live at the busiest step first, the longest-lived lowest
      * (those whose size is a multiple of the alignment below those padded
      * up to it, so that the top one may end unaligned), then the rest by
      * size: a keep-all step's grads, born in the backward and held to the
      * end, fill what its stashed tensors free from the top (llama-tiny
      * keep-all: 0.48% over the bound without this order, none with it). */
-    case ORDER_PEAK:
+    case OLD_ORDER_PEAK:
       k->key[i] = t->first > k->peak_step || k->peak_step > t->last ? 0
-                  : LAYOUT_MAX_ARENA + 1 + (t->bytes % k->align ? 0 : (int64_t)INT32_MAX + 1) + t->last;
+                  : OLD_LAYOUT_MAX_ARENA + 1 + (t->bytes % k->align ? 0 : (int64_t)INT32_MAX + 1) + t->last;
       break;
     /* The same, each part by end (latest lowest), then start: a plan's
      * grads and its backward's buffers stack as they die (dag-6 of
      * test_exhaustive at its smallest peak: 5760 decision vectors fit it in
      * live bytes, 91 in arena without this order). Steps < 2^26. */
-    case ORDER_PEAK_END: {
+    case OLD_ORDER_PEAK_END: {
       int64_t when = ((int64_t)t->last << 27) - t->first;
       bool at_peak = t->first <= k->peak_step && k->peak_step <= t->last;
       k->key[i] = at_peak ? (1LL << 61) + (t->bytes % k->align ? 0 : 1LL << 60) + when : when;
@@ -207,8 +215,8 @@ static void sort_order(Packer *k, int which, const int64_t *busiest) {
     default: k->key[i] = -(int64_t)t->first; break;
     }
   }
-  sort_ctx = k;
-  qsort(k->order, (size_t)k->n, sizeof *k->order, by_key);
+  old_sort_ctx = k;
+  qsort(k->order, (size_t)k->n, sizeof *k->order, old_by_key);
 }
 
 static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena) {
@@ -216,12 +224,12 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   if (n == 0) return 0;
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
-    /* A greedy arena is at most the sum of the aligned sizes. */
-    if (items[i].bytes < 0 || items[i].bytes > LAYOUT_MAX_ARENA ||
-        !util_add_i64(total, util_align_up(items[i].bytes, align), &total) || total > LAYOUT_MAX_ARENA)
+    /* A old_greedy arena is at most the sum of the aligned sizes. */
+    if (items[i].bytes < 0 || items[i].bytes > OLD_LAYOUT_MAX_ARENA ||
+        !util_add_i64(total, util_align_up(items[i].bytes, align), &total) || total > OLD_LAYOUT_MAX_ARENA)
       return -2;
   }
-  Packer k = {.it = items, .n = n, .align = align, .t0 = items[0].first, .t1 = items[0].last};
+  OldPacker k = {.it = items, .n = n, .align = align, .t0 = items[0].first, .t1 = items[0].last};
   for (int i = 1; i < n; i++) {
     if (items[i].first < k.t0) k.t0 = items[i].first;
     if (items[i].last > k.t1) k.t1 = items[i].last;
@@ -237,18 +245,18 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   int *saved_order = util_xcalloc((size_t)n, sizeof *saved_order);
   int rc = -1;
   if (!k.key || !k.order || !k.off || !k.placed || !k.whole || !k.all || !busiest || !best_order || !next_order || !saved_order ||
-      busiest_keys(&k, busiest))
+      old_busiest_keys(&k, busiest))
     goto out;
   int64_t lb = layout_lower_bound(items, n, align);
   if (lb < 0) goto out;
   int64_t best = INT64_MAX;
-  int best_rule = RULE_BEST_FIT;
-  int64_t limit = LAYOUT_WORK_LIMIT;
-  for (int c = 0; c < 2 * ORDER_COUNT && best > lb && k.work < limit; c++) {
-    int rule = c % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT;
-    sort_order(&k, c / 2, busiest);
-    int64_t top = greedy(&k, rule, best);
-    if (c == 0 && k.work < limit / LAYOUT_WORK_PASSES) limit = k.work * LAYOUT_WORK_PASSES;
+  int best_rule = OLD_RULE_BEST_FIT;
+  int64_t limit = OLD_LAYOUT_WORK_LIMIT;
+  for (int c = 0; c < 2 * OLD_ORDER_COUNT && best > lb && k.work < limit; c++) {
+    int rule = c % 2 ? OLD_RULE_FIRST_FIT : OLD_RULE_BEST_FIT;
+    old_sort_order(&k, c / 2, busiest);
+    int64_t top = old_greedy(&k, rule, best);
+    if (c == 0 && k.work < limit / OLD_LAYOUT_WORK_PASSES) limit = k.work * OLD_LAYOUT_WORK_PASSES;
     if (top < best) {
       best = top, best_rule = rule;
       memcpy(offset, k.off, (size_t)n * sizeof *offset);
@@ -265,7 +273,7 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   memcpy(k.order, best_order, (size_t)n * sizeof *k.order);
   memcpy(k.off, offset, (size_t)n * sizeof *k.off);
   memcpy(saved_order, best_order, (size_t)n * sizeof *saved_order);
-  for (int r = 0, since_saved = 0, saved_span = 1; r < LAYOUT_SQUEAKY_ROUNDS && best > lb && k.work < limit; r++) {
+  for (int r = 0, since_saved = 0, saved_span = 1; r < OLD_LAYOUT_SQUEAKY_ROUNDS && best > lb && k.work < limit; r++) {
     int m = 0;
     bool moved = false;
     for (int i = 0; i < n; i++)
@@ -279,7 +287,7 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
       memcpy(saved_order, k.order, (size_t)n * sizeof *saved_order);
       saved_span *= 2, since_saved = 0;
     }
-    int64_t top = greedy(&k, best_rule, INT64_MAX);
+    int64_t top = old_greedy(&k, best_rule, INT64_MAX);
     if (top < best) {
       best = top;
       memcpy(offset, k.off, (size_t)n * sizeof *offset);
@@ -327,35 +335,93 @@ static bool same_pack(const LayoutItem *it, int n, int64_t align) {
   return same;
 }
 
+/* Item set number seed: most small (tests and searches pack thousands of
+ * those), some as large as a real step's buffers; how many items. */
+static int random_set(unsigned seed, LayoutItem *it, int cap, int64_t *align) {
+  static const int64_t aligns[] = {1, 8, 256, 512, 4096};
+  rng_state = seed;
+  int n = seed % 4 ? 1 + (int)rnd(80) : 1 + (int)rnd((unsigned)cap);
+  int steps = 1 + (int)rnd(seed % 3 ? 64 : 600), t0 = seed % 7 == 0 ? (int)rnd(5) : 0;
+  *align = aligns[rnd(5)];
+  bool whole_items = seed % 2, few_sizes = seed % 5 == 1;
+  for (int i = 0; i < n; i++) {
+    int64_t bytes = few_sizes ? (int64_t)(1 + rnd(4)) * 1024
+                    : rnd(6) == 0 ? (int64_t)rnd(70000)
+                                  : (int64_t)(1 + rnd(64)) * 4096 - (rnd(4) == 0 ? rnd(300) : 0);
+    int a = t0 + (int)rnd((unsigned)steps), b = rnd(3) == 0 ? t0 + (int)rnd((unsigned)steps) : a + (int)rnd(6);
+    if (b >= t0 + steps) b = t0 + steps - 1;
+    if (whole_items && rnd(4) == 0) a = t0, b = t0 + steps - 1;
+    it[i] = (LayoutItem){bytes, a < b ? a : b, a < b ? b : a};
+  }
+  return n;
+}
+
 static void random_sets(void) {
   enum { N = 600 };
   LayoutItem it[N];
-  static const int64_t aligns[] = {1, 8, 256, 512, 4096};
   int differ = 0, sets = 0;
   cpu_new = cpu_old = 0;
   for (unsigned seed = 1; seed <= 400; seed++) {
-    rng_state = seed;
-    /* most sets small (tests and searches pack thousands of those), some
-     * as large as a real step's buffers */
-    int n = seed % 4 ? 1 + (int)rnd(80) : 1 + (int)rnd(N);
-    int steps = 1 + (int)rnd(seed % 3 ? 64 : 600), t0 = seed % 7 == 0 ? (int)rnd(5) : 0;
-    int64_t align = aligns[rnd(5)];
-    bool whole_items = seed % 2, few_sizes = seed % 5 == 1;
-    for (int i = 0; i < n; i++) {
-      int64_t bytes = few_sizes ? (int64_t)(1 + rnd(4)) * 1024
-                      : rnd(6) == 0 ? (int64_t)rnd(70000)
-                                    : (int64_t)(1 + rnd(64)) * 4096 - (rnd(4) == 0 ? rnd(300) : 0);
-      int a = t0 + (int)rnd((unsigned)steps), b = rnd(3) == 0 ? t0 + (int)rnd((unsigned)steps) : a + (int)rnd(6);
-      if (b >= t0 + steps) b = t0 + steps - 1;
-      if (whole_items && rnd(4) == 0) a = t0, b = t0 + steps - 1;
-      it[i] = (LayoutItem){bytes, a < b ? a : b, a < b ? b : a};
-    }
+    int64_t align;
+    int n = random_set(seed, it, N, &align);
     sets++;
     if (!same_pack(it, n, align) && !differ++) printf("  seed %u (%d items, align %lld) differs\n", seed, n, (long long)align);
   }
   T_CASE("random item sets: the same offsets and arena as the oracle") {
     T_CHECKF(differ == 0, "%d of %d sets differ", differ, sets);
     printf("  %d sets; layout_pack %.2f CPU s, oracle %.2f\n", sets, cpu_new, cpu_old);
+  }
+}
+
+/* Single greedy passes in random orders, both rules, with and without a
+ * stop: the same top, offsets and work count (which ends the squeaky
+ * rounds) as the oracle's pass. The packers are set up as layout_pack
+ * sets them up. */
+static void random_passes(void) {
+  enum { N = 600, PASSES = 12 };
+  static LayoutItem it[N];
+  static int64_t key[N], off[N], old_off[N], aligned[N];
+  static int order[N];
+  static struct Placed placed[N];
+  static struct OldPlaced old_placed[N];
+  static Span whole[N + 1], all[N + 1];
+  static OldSpan old_whole[N + 1], old_all[N + 1];
+  int differ = 0, passes = 0;
+  for (unsigned seed = 1; seed <= 300; seed++) {
+    int64_t align;
+    int n = random_set(seed, it, N, &align);
+    Packer k = {.it = it, .n = n, .align = align, .t0 = it[0].first, .t1 = it[0].last, .key = key, .order = order,
+                .off = off, .placed = placed, .whole = whole, .all = all, .aligned = aligned};
+    for (int i = 1; i < n; i++) {
+      if (it[i].first < k.t0) k.t0 = it[i].first;
+      if (it[i].last > k.t1) k.t1 = it[i].last;
+    }
+    for (int i = 0; i < n; i++) {
+      aligned[i] = util_align_up(it[i].bytes, align);
+      k.nwhole_items += it[i].first <= k.t0 && it[i].last >= k.t1;
+    }
+    OldPacker old = {.it = it, .n = n, .align = align, .t0 = k.t0, .t1 = k.t1, .key = key, .order = order,
+                     .off = old_off, .placed = old_placed, .whole = old_whole, .all = old_all};
+    for (int i = 0; i < n; i++) order[i] = i;
+    int64_t stop = INT64_MAX;
+    for (int r = 0; r < PASSES; r++) {
+      for (int i = n - 1; i > 0; i--) {
+        int j = (int)rnd((unsigned)i + 1), t = order[i];
+        order[i] = order[j], order[j] = t;
+      }
+      memset(off, 0, sizeof off), memset(old_off, 0, sizeof old_off);
+      int64_t top = greedy(&k, r % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT, stop);
+      int64_t old_top = old_greedy(&old, r % 2 ? OLD_RULE_FIRST_FIT : OLD_RULE_BEST_FIT, stop);
+      passes++;
+      if ((top != old_top || k.work != old.work || memcmp(off, old_off, (size_t)n * sizeof *off)) && !differ++)
+        printf("  seed %u pass %d: top %lld / %lld, work %lld / %lld\n", seed, r, (long long)top, (long long)old_top,
+               (long long)k.work, (long long)old.work);
+      /* every third pass stops where an earlier one ended, as the portfolio's do */
+      stop = r % 3 == 1 ? old_top : INT64_MAX;
+    }
+  }
+  T_CASE("random item sets, single greedy passes: the same top, offsets and work as the oracle's") {
+    T_CHECKF(differ == 0, "%d of %d passes differ", differ, passes);
   }
 }
 
@@ -405,6 +471,7 @@ static void plan_sets(const char *model, int plans, unsigned seed) {
 }
 
 int main(void) {
+  random_passes();
   random_sets();
   plan_sets("models/gpt2-tiny.json", 100, 21);
   plan_sets("models/llama-tiny.json", 60, 22);
