@@ -1041,6 +1041,10 @@ static int glpk_run(const MilpModel *m, const MilpOptions *o, MilpResult *r, Err
        * its count at most (unet at f = 0: from 5.7%), and on the larger models
        * of bench/gen_graph.py a node costs a model's LP. */
       if (start && o->proof_reach > 0 && rel_gap(start_obj, r->bound) > o->proof_reach) break;
+      if (o->defer_proof) {
+        r->proof_deferred = true;
+        break;
+      }
       if (!restore_root(P, m, row_stat, col_stat, &smcp, w)) break;
     }
     long first = o->dt_iterations > 0 && (o->tree_iterations <= 0 || o->dt_iterations < o->tree_iterations) ? o->dt_iterations

@@ -310,6 +310,9 @@ typedef struct SolverInfo {
    * decisions are then that budget's plan); not in the plan file. */
   bool min_budget_known;
   int64_t min_budget;
+  /* The ilp ran without the proof tree that would have raised its bound
+   * (PlanOptions.defer_proof); not in the plan file. */
+  bool proof_deferred;
 } SolverInfo;
 
 typedef struct Predicted {
@@ -459,6 +462,11 @@ typedef struct PlanOptions {
    * solves: plan_settle_solver replaces the ilp's): the ilp runs no tree
    * whose only task is to prove its gap. */
   bool no_proof;
+  /* The caller may replace the bound (plan_homes.c, where a plan with
+   * homes wins): the ilp leaves out the proof tree and says so in
+   * SolverInfo.proof_deferred; the caller solves again without this where
+   * the ilp's plan stands. */
+  bool defer_proof;
 } PlanOptions;
 
 /* A strategy fills dec[] (one entry per graph tensor; only stashed tensors
@@ -719,7 +727,8 @@ typedef struct MilpOptions {
   void *separate_ctx;
   double proof_gap;      /* ... used by a second tree, after the first, where it left a larger gap, */
   long proof_iterations; /* ... with this many simplex iterations (0: none counted) */
-  double proof_reach;    /* ... and only where the first tree and the search leave at most this gap (0: any) */
+  double proof_reach;    /* ... and only where the first tree and the search leave at most this gap (0: any); */
+  bool defer_proof;      /* ... or not at all: the result says where it would have run (proof_deferred) */
   double dive_gap;       /* the first tree stops once its incumbent is within this of its bound (0: at mip_gap) */
   /* GLPK: the first tree branches by Driebeck-Tomlin for at most this many
    * simplex iterations; where they run out before it closes the gap, it
@@ -745,6 +754,7 @@ typedef struct MilpResult {
   int *basis;   /* GLPK: its optimal basis (nrows then ncols statuses, every row in), or NULL */
   double objective, bound, gap, seconds;
   bool out_of_time; /* the time limit stopped it, with a solution or without */
+  bool proof_deferred; /* defer_proof left out a proof tree that would have run */
   int64_t simplex_iterations, nodes; /* the work it did */
   char failure[640];
 } MilpResult;

@@ -226,7 +226,7 @@ static int stashed_with(const Graph *g, const Decision *dec, Decision which) {
  * fits, where the MILP's seconds would buy bytes nobody asked for; and a
  * fragmentation round after the relaxation did not finish, as its tightened
  * rows would not let it finish either. */
-enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2, GOAL_NO_PROOF = 4 };
+enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2, GOAL_NO_PROOF = 4, GOAL_DEFER_PROOF = 8 };
 
 /* The relaxation's optimal basis from one round of the time solve, for
  * the next: a round against fragmentation changes only the memory
@@ -358,7 +358,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
                     .separate = goal & GOAL_NO_PROOF ? NULL : ilp_separate, .separate_ctx = &md,
-                    .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH,
+                    .proof_gap = ILP_PROOF_GAP, .proof_reach = ILP_PROOF_REACH, .defer_proof = goal & GOAL_DEFER_PROOF,
                     .dive_gap = goal & GOAL_MEMORY ? 0 : ILP_DIVE_GAP,
                     .dt_iterations = goal & GOAL_MEMORY && cheap_tree ? (long)fmax(1, ILP_DT_SHARE * tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
@@ -403,6 +403,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   snprintf(si->status, sizeof si->status, "%s", r.status == MILP_OPTIMAL ? "optimal" : timed_out ? "time_limit" : "feasible");
   si->seconds = r.seconds;
   si->simplex_iterations = r.simplex_iterations, si->nodes = r.nodes;
+  si->proof_deferred = r.proof_deferred;
   *relaxed = !isnan(r.lp_x[md.m.ncols]);
   si->bound = r.status == MILP_INFEASIBLE ? 0 : r.bound;
   if (best->ok) {
@@ -534,7 +535,7 @@ static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64
 }
 
 int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
-  si->min_budget_known = false;
+  si->min_budget_known = false, si->proof_deferred = false;
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -586,7 +587,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * budget's problem); when its relaxation did not finish, the later rounds
    * use the starts and the descent alone, as theirs would not either. */
   double bound = 0, least_us = compute_us(g, d);
-  bool relaxed = false;
+  bool relaxed = false, deferred = false;
   bool picked = false;
   double polished_s = HUGE_VAL; /* the step of the plan polish last left */
   double last_step = HUGE_VAL;  /* the last answer's, and how many before it were the same */
@@ -601,7 +602,10 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     if (round > 0 && ilp_out_of_time(deadline)) break;
     SolverInfo rsi = *si;
     pool.n = 0;
-    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK : round > 0 || o->no_proof ? GOAL_TIME | GOAL_NO_PROOF : GOAL_TIME;
+    int goal = round > 0 && !relaxed ? GOAL_TIME | GOAL_QUICK
+               : round > 0 || o->no_proof ? GOAL_TIME | GOAL_NO_PROOF
+               : o->defer_proof           ? GOAL_TIME | GOAL_DEFER_PROOF
+                                          : GOAL_TIME;
     bool rel = false;
     /* Later rounds get less of the tree: each excludes one plan from the
      * last round's problem and re-proves much of it (llama-tiny at f = 0.2:
@@ -630,7 +634,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
       round--;
       continue;
     }
-    if (round == 0) bound = rsi.bound, relaxed = rel;
+    if (round == 0) bound = rsi.bound, relaxed = rel, deferred = rsi.proof_deferred;
     /* The objective estimates stalls; the simulator has the last word
      * among the solution and the starts (so no baseline is ever better). */
     const Candidate *pick = NULL;
@@ -778,6 +782,7 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
   si->bound = fmin(fmax(bound, least_us), si->objective);
   si->gap = si->objective > 0 ? fmax(0, (si->objective - si->bound) / si->objective) : 0;
   si->seconds = util_now() - start;
+  si->proof_deferred = deferred;
   if (ilp_out_of_time(deadline) && strcmp(si->status, "optimal")) snprintf(si->status, sizeof si->status, "time_limit");
   if (si->gap < 1e-12) si->gap = 0;
   memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
