@@ -1,9 +1,11 @@
 /*
  * test_layout_oracle.c - layout_pack gives exactly the offsets and arena
  * of the greedy portfolio as it was before its scan was made faster
- * (commit a789536), kept below verbatim as the oracle (its names prefixed
- * old_): the faster scan must change nothing a plan shows, nor the
- * scanned-work count that ends the squeaky rounds. Checked pass by pass
+ * (commit a789536): its greedy pass and the portfolio around it are kept
+ * below verbatim as the oracle (old_greedy, oracle_pack; the rest is
+ * layout.c's own, which the faster scan left as it was). The faster scan
+ * must change nothing a plan shows, nor the scanned-work count that ends
+ * the squeaky rounds. Checked pass by pass
  * (the same top, offsets and work count after each greedy pass in random
  * orders, both rules, with and without a stop) and whole packs on random
  * item sets (sizes, alignments, lifetimes with and without whole items, 1
@@ -26,75 +28,9 @@
 #include <time.h>
 
 /* ---------------------------------------------- the oracle (a789536) */
-#define OLD_LAYOUT_MAX_ARENA (1LL << 62)
-/* Scanned entries over all rounds of one pack: about 20 ms on this machine
- * at most, and at most OLD_LAYOUT_WORK_PASSES times the first pass, so that
- * small plans (enumerated by the thousand in tests and searches) stay
- * cheap; a pack that meets the bound at once costs one greedy pass. */
-#define OLD_LAYOUT_WORK_LIMIT 12000000LL
-#define OLD_LAYOUT_WORK_PASSES 128
-#define OLD_LAYOUT_SQUEAKY_ROUNDS 200
-
-/* Byte ranges [lo, hi), sorted, disjoint; hi is aligned. */
-typedef struct OldSpan {
-  int64_t lo, hi;
-} OldSpan;
-
-typedef struct OldPacker {
-  const LayoutItem *it;
-  int n;
-  int64_t align;
-  int t0, t1;     /* every item lies within [t0, t1]; spanning it is "whole" */
-  int peak_step;  /* a step where the aligned live total is largest */
-  int64_t *key;   /* per item: the current order's primary key, larger first */
-  int *order;
-  int64_t *off;   /* offsets of the greedy pass in progress */
-  /* Items placed so far that are not whole, by offset: steps and byte
-   * range (hi aligned) side by side, so that the scan reads memory in order. */
-  struct OldPlaced {
-    int first, last;
-    int64_t lo, hi;
-  } *placed;
-  OldSpan *whole;    /* merged ranges of whole items placed so far */
-  OldSpan *all;      /* merged ranges of every item placed so far */
-  int64_t work;
-} OldPacker;
-
-static const OldPacker *old_sort_ctx; /* qsort has no context argument in C11 */
-
-static int old_by_key(const void *a, const void *b) {
-  const OldPacker *k = old_sort_ctx;
-  int x = *(const int *)a, y = *(const int *)b;
-  const LayoutItem *p = &k->it[x], *q = &k->it[y];
-  if (k->key[x] != k->key[y]) return k->key[x] > k->key[y] ? -1 : 1;
-  if (p->bytes != q->bytes) return p->bytes > q->bytes ? -1 : 1;
-  if (p->first != q->first) return p->first < q->first ? -1 : 1;
-  return x - y;
-}
-
-/* Adds [lo, hi) to a span list, merging what it overlaps or touches. */
-static void old_span_add(OldSpan *s, int *n, int64_t lo, int64_t hi) {
-  int i = 0, top = *n;
-  while (i < top) { /* first span whose end reaches lo */
-    int mid = (i + top) / 2;
-    if (s[mid].hi < lo) i = mid + 1;
-    else top = mid;
-  }
-  int j = i;
-  for (; j < *n && s[j].lo <= hi; j++) {
-    if (s[j].lo < lo) lo = s[j].lo;
-    if (s[j].hi > hi) hi = s[j].hi;
-  }
-  memmove(&s[i + 1], &s[j], (size_t)(*n - j) * sizeof *s);
-  s[i] = (OldSpan){lo, hi};
-  *n += 1 - (j - i);
-}
-
-enum { OLD_RULE_BEST_FIT, OLD_RULE_FIRST_FIT };
-
 /* One greedy pass in k->order. Gives up (returning at least stop) once the
  * arena reaches stop: it could not be an improvement. */
-static int64_t old_greedy(OldPacker *k, int rule, int64_t stop) {
+static int64_t old_greedy(Packer *k, int rule, int64_t stop) {
   int nplaced = 0, nwhole = 0, nall = 0;
   int64_t top = 0, align = k->align;
   for (int i = 0; i < k->n; i++) {
@@ -112,7 +48,7 @@ static int64_t old_greedy(OldPacker *k, int rule, int64_t stop) {
         if (a == nall) break;
         lo = k->all[a].lo, hi = k->all[a].hi, a++;
       } else {
-        const struct OldPlaced *pl = k->placed;
+        const struct Placed *pl = k->placed;
         while (a < nplaced && (pl[a].first > t->last || t->first > pl[a].last)) a++;
         if (a == nplaced && w == nwhole) break;
         if (a < nplaced && (w == nwhole || pl[a].lo < k->whole[w].lo)) {
@@ -122,7 +58,7 @@ static int64_t old_greedy(OldPacker *k, int rule, int64_t stop) {
         }
       }
       if (lo > cursor && lo - cursor >= t->bytes) {
-        if (rule == OLD_RULE_FIRST_FIT) {
+        if (rule == RULE_FIRST_FIT) {
           best = cursor;
           break;
         }
@@ -136,87 +72,16 @@ static int64_t old_greedy(OldPacker *k, int rule, int64_t stop) {
     if (at + t->bytes > top) top = at + t->bytes;
     if (top >= stop) return top;
     int64_t hi = util_align_up(at + t->bytes, align);
-    old_span_add(k->all, &nall, at, hi);
+    span_add(k->all, &nall, at, hi);
     if (is_whole) {
-      old_span_add(k->whole, &nwhole, at, hi);
+      span_add(k->whole, &nwhole, at, hi);
     } else {
       int j = nplaced++;
       for (; j > 0 && k->placed[j - 1].lo > at; j--) k->placed[j] = k->placed[j - 1];
-      k->placed[j] = (struct OldPlaced){t->first, t->last, at, hi};
+      k->placed[j] = (struct Placed){t->first, t->last, at, hi};
     }
   }
   return top;
-}
-
-/* The orders of the portfolio, most often best first (measured on the
- * checked-in models' plans and random decision vectors). */
-enum { OLD_ORDER_SIZE, OLD_ORDER_AREA, OLD_ORDER_BUSIEST, OLD_ORDER_LIFETIME, OLD_ORDER_START, OLD_ORDER_PEAK, OLD_ORDER_PEAK_END, OLD_ORDER_COUNT };
-
-/* The largest aligned live total over each item's lifetime, from a segment
- * tree of per-step totals. */
-static int old_busiest_keys(OldPacker *k, int64_t *out) {
-  int steps = k->t1 + 1;
-  int64_t *tree = util_xcalloc(2 * (size_t)steps + 1, sizeof *tree);
-  if (!tree) return -1;
-  int64_t *leaf = tree + steps; /* leaf[s], s < steps; leaf[steps] takes the last difference */
-  for (int i = 0; i < k->n; i++) {
-    int64_t a = util_align_up(k->it[i].bytes, k->align);
-    leaf[k->it[i].first] += a;
-    leaf[k->it[i].last + 1] -= a;
-  }
-  for (int s = 1; s < steps; s++) leaf[s] += leaf[s - 1];
-  k->peak_step = 0;
-  for (int s = 1; s < steps; s++)
-    if (leaf[s] > leaf[k->peak_step]) k->peak_step = s;
-  for (int v = steps - 1; v >= 1; v--) tree[v] = tree[2 * v] > tree[2 * v + 1] ? tree[2 * v] : tree[2 * v + 1];
-  for (int i = 0; i < k->n; i++) {
-    int64_t m = 0;
-    for (int l = k->it[i].first + steps, r = k->it[i].last + 1 + steps; l < r; l >>= 1, r >>= 1) {
-      if (l & 1) m = tree[l] > m ? tree[l] : m, l++;
-      if (r & 1) r--, m = tree[r] > m ? tree[r] : m;
-    }
-    out[i] = m;
-  }
-  free(tree);
-  return 0;
-}
-
-static void old_sort_order(OldPacker *k, int which, const int64_t *busiest) {
-  for (int i = 0; i < k->n; i++) {
-    const LayoutItem *t = &k->it[i];
-    int64_t len = (int64_t)t->last - t->first + 1;
-    k->order[i] = i;
-    switch (which) {
-    case OLD_ORDER_SIZE: k->key[i] = 0; break; /* old_by_key falls through to size */
-    /* bytes < 2^62 and len < 2^31: saturate rather than overflow */
-    case OLD_ORDER_AREA: k->key[i] = t->bytes > INT64_MAX / len ? INT64_MAX : t->bytes * len; break;
-    case OLD_ORDER_BUSIEST: k->key[i] = busiest[i]; break;
-    case OLD_ORDER_LIFETIME: k->key[i] = len; break;
-    /* What is live at the busiest step first, the longest-lived lowest
-     * (those whose size is a multiple of the alignment below those padded
-     * up to it, so that the top one may end unaligned), then the rest by
-     * size: a keep-all step's grads, born in the backward and held to the
-     * end, fill what its stashed tensors free from the top (llama-tiny
-     * keep-all: 0.48% over the bound without this order, none with it). */
-    case OLD_ORDER_PEAK:
-      k->key[i] = t->first > k->peak_step || k->peak_step > t->last ? 0
-                  : OLD_LAYOUT_MAX_ARENA + 1 + (t->bytes % k->align ? 0 : (int64_t)INT32_MAX + 1) + t->last;
-      break;
-    /* The same, each part by end (latest lowest), then start: a plan's
-     * grads and its backward's buffers stack as they die (dag-6 of
-     * test_exhaustive at its smallest peak: 5760 decision vectors fit it in
-     * live bytes, 91 in arena without this order). Steps < 2^26. */
-    case OLD_ORDER_PEAK_END: {
-      int64_t when = ((int64_t)t->last << 27) - t->first;
-      bool at_peak = t->first <= k->peak_step && k->peak_step <= t->last;
-      k->key[i] = at_peak ? (1LL << 61) + (t->bytes % k->align ? 0 : 1LL << 60) + when : when;
-      break;
-    }
-    default: k->key[i] = -(int64_t)t->first; break;
-    }
-  }
-  old_sort_ctx = k;
-  qsort(k->order, (size_t)k->n, sizeof *k->order, old_by_key);
 }
 
 static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena) {
@@ -224,12 +89,12 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   if (n == 0) return 0;
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
-    /* A old_greedy arena is at most the sum of the aligned sizes. */
-    if (items[i].bytes < 0 || items[i].bytes > OLD_LAYOUT_MAX_ARENA ||
-        !util_add_i64(total, util_align_up(items[i].bytes, align), &total) || total > OLD_LAYOUT_MAX_ARENA)
+    /* A greedy arena is at most the sum of the aligned sizes. */
+    if (items[i].bytes < 0 || items[i].bytes > LAYOUT_MAX_ARENA ||
+        !util_add_i64(total, util_align_up(items[i].bytes, align), &total) || total > LAYOUT_MAX_ARENA)
       return -2;
   }
-  OldPacker k = {.it = items, .n = n, .align = align, .t0 = items[0].first, .t1 = items[0].last};
+  Packer k = {.it = items, .n = n, .align = align, .t0 = items[0].first, .t1 = items[0].last};
   for (int i = 1; i < n; i++) {
     if (items[i].first < k.t0) k.t0 = items[i].first;
     if (items[i].last > k.t1) k.t1 = items[i].last;
@@ -245,18 +110,18 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   int *saved_order = util_xcalloc((size_t)n, sizeof *saved_order);
   int rc = -1;
   if (!k.key || !k.order || !k.off || !k.placed || !k.whole || !k.all || !busiest || !best_order || !next_order || !saved_order ||
-      old_busiest_keys(&k, busiest))
+      busiest_keys(&k, busiest))
     goto out;
   int64_t lb = layout_lower_bound(items, n, align);
   if (lb < 0) goto out;
   int64_t best = INT64_MAX;
-  int best_rule = OLD_RULE_BEST_FIT;
-  int64_t limit = OLD_LAYOUT_WORK_LIMIT;
-  for (int c = 0; c < 2 * OLD_ORDER_COUNT && best > lb && k.work < limit; c++) {
-    int rule = c % 2 ? OLD_RULE_FIRST_FIT : OLD_RULE_BEST_FIT;
-    old_sort_order(&k, c / 2, busiest);
+  int best_rule = RULE_BEST_FIT;
+  int64_t limit = LAYOUT_WORK_LIMIT;
+  for (int c = 0; c < 2 * ORDER_COUNT && best > lb && k.work < limit; c++) {
+    int rule = c % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT;
+    sort_order(&k, c / 2, busiest);
     int64_t top = old_greedy(&k, rule, best);
-    if (c == 0 && k.work < limit / OLD_LAYOUT_WORK_PASSES) limit = k.work * OLD_LAYOUT_WORK_PASSES;
+    if (c == 0 && k.work < limit / LAYOUT_WORK_PASSES) limit = k.work * LAYOUT_WORK_PASSES;
     if (top < best) {
       best = top, best_rule = rule;
       memcpy(offset, k.off, (size_t)n * sizeof *offset);
@@ -273,7 +138,7 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   memcpy(k.order, best_order, (size_t)n * sizeof *k.order);
   memcpy(k.off, offset, (size_t)n * sizeof *k.off);
   memcpy(saved_order, best_order, (size_t)n * sizeof *saved_order);
-  for (int r = 0, since_saved = 0, saved_span = 1; r < OLD_LAYOUT_SQUEAKY_ROUNDS && best > lb && k.work < limit; r++) {
+  for (int r = 0, since_saved = 0, saved_span = 1; r < LAYOUT_SQUEAKY_ROUNDS && best > lb && k.work < limit; r++) {
     int m = 0;
     bool moved = false;
     for (int i = 0; i < n; i++)
@@ -383,9 +248,8 @@ static void random_passes(void) {
   static int64_t key[N], off[N], old_off[N], aligned[N];
   static int order[N];
   static struct Placed placed[N];
-  static struct OldPlaced old_placed[N];
-  static Span whole[N + 1], all[N + 1];
-  static OldSpan old_whole[N + 1], old_all[N + 1];
+  static struct Placed old_placed[N];
+  static Span whole[N + 1], all[N + 1], old_whole[N + 1], old_all[N + 1];
   int differ = 0, passes = 0;
   for (unsigned seed = 1; seed <= 300; seed++) {
     int64_t align;
@@ -400,8 +264,8 @@ static void random_passes(void) {
       aligned[i] = util_align_up(it[i].bytes, align);
       k.nwhole_items += it[i].first <= k.t0 && it[i].last >= k.t1;
     }
-    OldPacker old = {.it = it, .n = n, .align = align, .t0 = k.t0, .t1 = k.t1, .key = key, .order = order,
-                     .off = old_off, .placed = old_placed, .whole = old_whole, .all = old_all};
+    Packer old = {.it = it, .n = n, .align = align, .t0 = k.t0, .t1 = k.t1, .key = key, .order = order,
+                  .off = old_off, .placed = old_placed, .whole = old_whole, .all = old_all};
     for (int i = 0; i < n; i++) order[i] = i;
     int64_t stop = INT64_MAX;
     for (int r = 0; r < PASSES; r++) {
@@ -411,7 +275,7 @@ static void random_passes(void) {
       }
       memset(off, 0, sizeof off), memset(old_off, 0, sizeof old_off);
       int64_t top = greedy(&k, r % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT, stop);
-      int64_t old_top = old_greedy(&old, r % 2 ? OLD_RULE_FIRST_FIT : OLD_RULE_BEST_FIT, stop);
+      int64_t old_top = old_greedy(&old, r % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT, stop);
       passes++;
       if ((top != old_top || k.work != old.work || memcmp(off, old_off, (size_t)n * sizeof *off)) && !differ++)
         printf("  seed %u pass %d: top %lld / %lld, work %lld / %lld\n", seed, r, (long long)top, (long long)old_top,
