@@ -710,16 +710,17 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
     same_step = c_step == last_step ? same_step + 1 : 0;
     last_step = c_step;
     if (!picked && g->nstashed <= ILP_POLISH_MAX && same_step >= ILP_SAME_STEP_MAX) break;
-    bool small_gain = c_step >= best_s * (1 - ILP_PROOF_GAP);
-    if (picked && best_s * 1e6 * (1 - ILP_DIVE_GAP) <= fmax(bound, least_us) && small_gain) break;
-    /* Small graphs, whose answers are excluded one by one, stop there
-     * whatever the bound: the next answers walk plans within a percent of
-     * this one, each repaired at the cost of hundreds of layouts, and the
-     * bound of a plan with homes is loose (gpt2-tiny's all-home solves at
-     * its smallest budget: 17 and 22 rounds after the plan that stood,
-     * answers 0.04-1.1% faster and 52-288 KB over by their layout, none
-     * repaired to a faster plan; the same plan, 554 -> 156 CPU s). */
-    if (picked && g->nstashed <= ILP_POLISH_MAX && small_gain) break;
+    /* Small graphs, whose answers are excluded one by one, stop at a small
+     * gain whatever the bound: the next answers walk plans within a
+     * percent of this one, each repaired at the cost of hundreds of
+     * layouts, and the bound of a plan with homes is loose (gpt2-tiny's
+     * all-home solves at its smallest budget: 17 and 22 rounds after the
+     * plan that stood, answers 0.04-1.1% faster and 52-288 KB over by
+     * their layout, none repaired to a faster plan; the same plan, 554 ->
+     * 156 CPU s). */
+    if (picked && c_step >= best_s * (1 - ILP_PROOF_GAP) &&
+        (g->nstashed <= ILP_POLISH_MAX || best_s * 1e6 * (1 - ILP_DIVE_GAP) <= fmax(bound, least_us)))
+      break;
     /* Small graphs: exclude that answer and ask for the next best (their
      * layouts can be far over the peak, and for another plan at the same
      * peak not at all). Otherwise by the excess, doubled each round:
