@@ -486,10 +486,16 @@ static void refuse(const Graph *g, const Device *d, const PlanOptions *o, int64_
             g->path, o->budget_bytes, b1, d->name, reach, b2);
 }
 
+/* Whether the optimizer may run on the host: the device gives host compute
+ * and host homes are allowed. */
+static bool host_compute(const Device *d, const PlanOptions *o) {
+  return d->host_memory_gbps > 0 && !d->unified_memory && !o->device_homes_only;
+}
+
 double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o) {
   double device = 0, host = 0;
   for (int i = 0; i < g->nops; i++) device += cost_op_seconds(g, d, i);
-  bool open = d->host_memory_gbps > 0 && !d->unified_memory && !o->device_homes_only;
+  bool open = host_compute(d, o);
   int *ops = open ? util_xcalloc((size_t)g->nops + 1, sizeof *ops) : NULL;
   bool *taken = open ? util_xcalloc((size_t)g->nops + 1, sizeof *taken) : NULL;
   int n = 0;
@@ -658,10 +664,11 @@ out:
  * wins, the bound reported is plan_homes_bound_us (gpt2-tiny on
  * h100-sxm-80g at 42,471,108 bytes: the tree took 85 of 100 s and the
  * twin's plan won). Where the ilp's plan stands, the whole path runs again
- * with the tree, so that its plan and bound are those it would have had. */
+ * with the tree, so that its plan and bound are those it would have had;
+ * not under --time-limit, which a second run would overrun. */
 int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   PlanOptions first = *o;
-  first.defer_proof = d->host_memory_gbps > 0 && !d->unified_memory && !o->device_homes_only && o->time_limit <= 0;
+  first.defer_proof = host_compute(d, o) && o->time_limit <= 0;
   bool stands;
   int rc = decide_placed(g, d, &first, dec, si, e, &stands);
   if (rc != 0 || !stands || !si->proof_deferred) return rc;
