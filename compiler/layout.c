@@ -20,9 +20,14 @@
  * Every step stops once an arena equals the lower bound, and the total work
  * (gaps and buffers scanned) is capped by a count, not by a clock, so the
  * same inputs give the same offsets on any machine.
+ *
+ * Within one planning run (layout_memo_enter/leave) each list of items is
+ * packed once: the searches around the ilp lay out thousands of plans, and
+ * their changes of one decision meet the same buffers again.
  */
 #include "ration.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +67,7 @@ typedef struct Packer {
   int64_t work;
 } Packer;
 
-static const Packer *sort_ctx; /* qsort has no context argument in C11 */
+static _Thread_local const Packer *sort_ctx; /* qsort has no context argument in C11 */
 
 static int by_key(const void *a, const void *b) {
   const Packer *k = sort_ctx;
@@ -325,7 +330,7 @@ static void sort_order(Packer *k, int which, const int64_t *busiest) {
   qsort(k->order, (size_t)k->n, sizeof *k->order, by_key);
 }
 
-int layout_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena) {
+static int pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena) {
   *arena = 0;
   if (n == 0) return 0;
   int64_t total = 0;
@@ -420,6 +425,109 @@ out:
   free(saved_order);
   return rc;
 }
+
+/* ------------------------------------------------------------ packs remembered */
+
+/* A planning run's packs by their items (align, then each item in order),
+ * bounded in bytes: past LAYOUT_MEMO_BYTES nothing more is kept, and a
+ * pack not found is computed, with the same offsets. */
+#define LAYOUT_MEMO_BYTES (256LL << 20)
+
+typedef struct MemoEntry {
+  uint64_t hash;
+  int n;
+  int64_t align, arena;
+  LayoutItem *items;
+  int64_t *offset;
+} MemoEntry;
+
+typedef struct Memo {
+  MemoEntry *slot; /* open addressing, linear probing; items NULL: empty */
+  size_t cap, count;
+  int64_t bytes;
+  int depth;
+} Memo;
+
+static _Thread_local Memo *memo; /* the run's, between layout_memo_enter and the matching leave */
+
+void layout_memo_enter(void) {
+  if (!memo) memo = util_xcalloc(1, sizeof *memo);
+  if (memo) memo->depth++;
+}
+
+void layout_memo_leave(void) {
+  if (!memo || --memo->depth > 0) return;
+  for (size_t i = 0; i < memo->cap; i++) free(memo->slot[i].items), free(memo->slot[i].offset);
+  free(memo->slot);
+  free(memo);
+  memo = NULL;
+}
+
+static uint64_t items_hash(const LayoutItem *items, int n, int64_t align) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)align;
+  for (int i = 0; i < n; i++) {
+    uint64_t v[3] = {(uint64_t)items[i].bytes, (uint64_t)items[i].first, (uint64_t)items[i].last};
+    for (int k = 0; k < 3; k++) {
+      h = (h ^ v[k]) * 0x100000001B3ull;
+      h ^= h >> 29;
+    }
+  }
+  return h;
+}
+
+static MemoEntry *memo_find(uint64_t hash, const LayoutItem *items, int n, int64_t align) {
+  if (!memo || !memo->cap) return NULL;
+  for (size_t i = hash & (memo->cap - 1);; i = (i + 1) & (memo->cap - 1)) {
+    MemoEntry *m = &memo->slot[i];
+    if (!m->items) return m;
+    if (m->hash == hash && m->n == n && m->align == align && !memcmp(m->items, items, (size_t)n * sizeof *items)) return m;
+  }
+}
+
+/* Remembers a pack; a failure to allocate only forgets it. */
+static void memo_add(uint64_t hash, const LayoutItem *items, int n, int64_t align, const int64_t *offset, int64_t arena) {
+  int64_t size = (int64_t)n * (int64_t)(sizeof *items + sizeof *offset);
+  if (!memo || memo->bytes + size > LAYOUT_MEMO_BYTES) return;
+  if (2 * (memo->count + 1) > memo->cap) {
+    size_t cap = memo->cap ? 2 * memo->cap : 1024;
+    MemoEntry *slot = util_xcalloc(cap, sizeof *slot);
+    if (!slot) return;
+    for (size_t i = 0; i < memo->cap; i++) {
+      if (!memo->slot[i].items) continue;
+      size_t j = memo->slot[i].hash & (cap - 1);
+      while (slot[j].items) j = (j + 1) & (cap - 1);
+      slot[j] = memo->slot[i];
+    }
+    free(memo->slot);
+    memo->slot = slot, memo->cap = cap;
+  }
+  MemoEntry *m = memo_find(hash, items, n, align);
+  LayoutItem *it = malloc((size_t)n * sizeof *it);
+  int64_t *off = malloc((size_t)n * sizeof *off);
+  if (!m || m->items || !it || !off) {
+    free(it), free(off);
+    return;
+  }
+  memcpy(it, items, (size_t)n * sizeof *it);
+  memcpy(off, offset, (size_t)n * sizeof *off);
+  *m = (MemoEntry){hash, n, align, arena, it, off};
+  memo->count++, memo->bytes += size;
+}
+
+int layout_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena) {
+  uint64_t hash = items_hash(items, n, align);
+  MemoEntry *m = n > 0 ? memo_find(hash, items, n, align) : NULL;
+  if (m && m->items) {
+    memcpy(offset, m->offset, (size_t)n * sizeof *offset);
+    *arena = m->arena;
+    return 0;
+  }
+  int rc = pack(items, n, align, offset, arena);
+  if (rc == 0 && n > 0) memo_add(hash, items, n, align, offset, *arena);
+  return rc;
+}
+
+int layout_memo_size(void) { return memo ? (int)memo->count : 0; }
 
 /* The buffers of one space as items (their indices into ids); how many. */
 static int space_items(const Plan *p, Space space, const int *first, const int *last, LayoutItem *items, int *ids) {

@@ -354,11 +354,13 @@ Plan *plan_make(const Graph *g, const Device *d, const PlanOptions *o, Err *e) {
    * several), from here when the caller set none. */
   PlanOptions timed = *o;
   if (timed.time_limit > 0 && timed.deadline <= 0) timed.deadline = util_now() + timed.time_limit;
+  layout_memo_enter(); /* the strategy's searches and the plan built from its answer share it */
   if (s->build) p = s->build(g, d, &timed, &si, e);
   else if (s->decide(g, d, &timed, dec, &si, e) == 0) p = plan_from_decisions(g, d, dec, e);
   free(dec);
   if (o->hint && s->decide == plan_decide_placed && !(o->device_homes_only && has_homes(g, o->hint)))
     p = judge_hint(g, d, &timed, p, &si, e);
+  layout_memo_leave();
   if (!p) return NULL;
   snprintf(p->strategy, sizeof p->strategy, "%s", s->name);
   p->budget_bytes = o->budget_bytes;

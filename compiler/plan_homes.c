@@ -670,11 +670,14 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   PlanOptions first = *o;
   first.defer_proof = host_compute(d, o) && o->time_limit <= 0;
   bool stands;
+  layout_memo_enter(); /* the rule's many ilp runs and searches share one memo of packs */
   int rc = decide_placed(g, d, &first, dec, si, e, &stands);
-  if (rc != 0 || !stands || !si->proof_deferred) return rc;
-  SolverInfo deferred = *si;
-  rc = decide_placed(g, d, o, dec, si, e, &stands);
-  plan_add_work(si, &deferred);
-  si->seconds += deferred.seconds;
+  if (rc == 0 && stands && si->proof_deferred) {
+    SolverInfo deferred = *si;
+    rc = decide_placed(g, d, o, dec, si, e, &stands);
+    plan_add_work(si, &deferred);
+    si->seconds += deferred.seconds;
+  }
+  layout_memo_leave();
   return rc;
 }

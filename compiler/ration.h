@@ -401,6 +401,14 @@ int64_t layout_lower_bound(const LayoutItem *items, int n, int64_t align);
  * a plan whose arena must stay within a cap is over it, without a
  * layout's search, when this is; -1 out of memory. */
 int64_t layout_device_lower_bound(const Plan *p, const Graph *g);
+/* Between layout_memo_enter and its leave, on one thread, layout_pack
+ * packs each list of items once and remembers it (a planning run's
+ * searches lay out many plans of the same buffers); the offsets are those
+ * it computes without. Nested pairs share the outermost's memo, freed at
+ * its leave; layout_memo_size: how many packs it holds. */
+void layout_memo_enter(void);
+void layout_memo_leave(void);
+int layout_memo_size(void);
 
 /* ----------------------------------------------------------------- sim */
 

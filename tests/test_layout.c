@@ -19,7 +19,11 @@
  *   - a built plan's device lower bound (layout_device_lower_bound, which
  *     lets the ilp skip the layout of a plan that cannot fit) is at most
  *     the arena of the same decisions laid out, at least their peak live
- *     bytes, for random decision vectors on gpt2-tiny.
+ *     bytes, for random decision vectors on gpt2-tiny;
+ *   - the memo of packs (layout_memo_enter/leave): the same offsets and
+ *     arena from it as computed without it, one entry per list of items,
+ *     none added for a list it holds, kept across a nested leave and gone
+ *     after the outermost.
  */
 #include "ration.h"
 #include "test.h"
@@ -301,7 +305,54 @@ static void plan_bounds(void) {
   graph_free(g);
 }
 
+
+static void memo_packs(void) {
+  enum { N = 150, SETS = 200 };
+  static LayoutItem it[SETS][N];
+  static int64_t off[SETS][N], arena[SETS], again[N];
+  static int count[SETS];
+  int invalid = 0, differs = 0, count_wrong = 0;
+  /* computed, outside any memo */
+  for (int k = 0; k < SETS; k++) {
+    rng_state = (uint64_t)(k + 1) * 7919;
+    int n = count[k] = 2 + (int)rnd(N - 1), steps = 2 + (int)rnd(40);
+    for (int i = 0; i < n; i++) {
+      int64_t bytes = (int64_t)(1 + rnd(6)) * 4096 - (rnd(3) == 0 ? 100 : 0);
+      int a = (int)rnd((unsigned)steps), b = a + (int)rnd(6);
+      it[k][i] = (LayoutItem){bytes, a, b >= steps ? steps - 1 : b};
+    }
+    if (layout_pack(it[k], n, 256, off[k], &arena[k]) || check_layout(it[k], n, 256, off[k], arena[k])[0]) invalid++;
+  }
+  int outside = layout_memo_size();
+  /* each set twice inside a nested memo: the first pack is remembered,
+   * the second comes from the memo */
+  layout_memo_enter();
+  layout_memo_enter();
+  for (int k = 0; k < SETS; k++) {
+    int n = count[k], before = layout_memo_size();
+    for (int pass = 0; pass < 2; pass++) {
+      int64_t a = -1;
+      memset(again, 0xff, sizeof again);
+      int rc = layout_pack(it[k], n, 256, again, &a);
+      differs += rc != 0 || a != arena[k] || memcmp(again, off[k], (size_t)n * sizeof *again) != 0;
+      count_wrong += layout_memo_size() != before + 1;
+    }
+  }
+  layout_memo_leave();
+  int inner_left = layout_memo_size();
+  layout_memo_leave();
+  T_CASE("the memo of packs: the computed offsets, one entry per list, kept to the outermost leave") {
+    T_CHECKF(invalid == 0, "%d of %d layouts failed or invalid", invalid, SETS);
+    T_CHECKF(outside == 0, "%d packs remembered outside a memo", outside);
+    T_CHECKF(differs == 0, "%d of %d packs inside the memo differ from the computed ones", differs, 2 * SETS);
+    T_CHECKF(count_wrong == 0, "%d packs not remembered once", count_wrong);
+    T_CHECKF(inner_left == SETS && layout_memo_size() == 0, "memo held %d packs after the inner leave (want %d), %d after the outer",
+             inner_left, SETS, layout_memo_size());
+  }
+}
+
 int main(void) {
+  memo_packs();
   plan_bounds();
   random_sets();
   tilings();

@@ -19,6 +19,9 @@
 #define layout_lower_bound tested_layout_lower_bound
 #define layout_assign tested_layout_assign
 #define layout_device_lower_bound tested_layout_device_lower_bound
+#define layout_memo_enter tested_layout_memo_enter
+#define layout_memo_leave tested_layout_memo_leave
+#define layout_memo_size tested_layout_memo_size
 #include "layout.c"
 
 #include "test.h"

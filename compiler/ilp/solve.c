@@ -534,7 +534,7 @@ static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64
             d->name, smallest);
 }
 
-int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   si->min_budget_known = false, si->proof_deferred = false;
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -799,5 +799,14 @@ out:
   ilp_repairs_free(&repairs[1]);
   for (int i = 0; i < nexcluded; i++) free(excluded[i]);
   for (int i = 0; i < ILP_POOL; i++) free(pool.c[i].dec);
+  return rc;
+}
+
+/* The rounds, repairs and polish lay out thousands of plans, many of the
+ * same buffers: each is packed once (layout_memo_enter). */
+int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
+  layout_memo_enter();
+  int rc = decide_ilp(g, d, o, dec, si, e);
+  layout_memo_leave();
   return rc;
 }
