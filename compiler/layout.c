@@ -27,6 +27,7 @@
  */
 #include "ration.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,19 +449,28 @@ typedef struct Memo {
   int depth;
 } Memo;
 
-static _Thread_local Memo *memo; /* the run's, between layout_memo_enter and the matching leave */
+/* One per process, from the first enter to the last leave, so that the
+ * threads of a parallel loop (util_parallel_for) share it; what it holds
+ * is a function of the items alone, whoever added it. */
+static Memo *memo;
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void layout_memo_enter(void) {
+  pthread_mutex_lock(&memo_lock);
   if (!memo) memo = util_xcalloc(1, sizeof *memo);
   if (memo) memo->depth++;
+  pthread_mutex_unlock(&memo_lock);
 }
 
 void layout_memo_leave(void) {
-  if (!memo || --memo->depth > 0) return;
-  for (size_t i = 0; i < memo->cap; i++) free(memo->slot[i].items), free(memo->slot[i].offset);
-  free(memo->slot);
-  free(memo);
-  memo = NULL;
+  pthread_mutex_lock(&memo_lock);
+  if (memo && --memo->depth == 0) {
+    for (size_t i = 0; i < memo->cap; i++) free(memo->slot[i].items), free(memo->slot[i].offset);
+    free(memo->slot);
+    free(memo);
+    memo = NULL;
+  }
+  pthread_mutex_unlock(&memo_lock);
 }
 
 static uint64_t items_hash(const LayoutItem *items, int n, int64_t align) {
@@ -516,18 +526,28 @@ static void memo_add(uint64_t hash, const LayoutItem *items, int n, int64_t alig
 
 int layout_pack(const LayoutItem *items, int n, int64_t align, int64_t *offset, int64_t *arena) {
   uint64_t hash = items_hash(items, n, align);
+  pthread_mutex_lock(&memo_lock);
   MemoEntry *m = n > 0 ? memo_find(hash, items, n, align) : NULL;
-  if (m && m->items) {
+  bool found = m && m->items;
+  if (found) {
     memcpy(offset, m->offset, (size_t)n * sizeof *offset);
     *arena = m->arena;
-    return 0;
   }
+  pthread_mutex_unlock(&memo_lock);
+  if (found) return 0;
   int rc = pack(items, n, align, offset, arena);
+  pthread_mutex_lock(&memo_lock);
   if (rc == 0 && n > 0) memo_add(hash, items, n, align, offset, *arena);
+  pthread_mutex_unlock(&memo_lock);
   return rc;
 }
 
-int layout_memo_size(void) { return memo ? (int)memo->count : 0; }
+int layout_memo_size(void) {
+  pthread_mutex_lock(&memo_lock);
+  int n = memo ? (int)memo->count : 0;
+  pthread_mutex_unlock(&memo_lock);
+  return n;
+}
 
 /* The buffers of one space as items (their indices into ids); how many. */
 static int space_items(const Plan *p, Space space, const int *first, const int *last, LayoutItem *items, int *ids) {

@@ -35,6 +35,13 @@ bool util_parse_size(const char *s, int64_t *out);
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n);
 /* CLOCK_MONOTONIC seconds: for deadlines and reported wall times only. */
 double util_now(void);
+/* fn(ctx, i) once for every i in [0, n), on up to util_threads() threads,
+ * the caller's among them; returns when all are done. The result is the
+ * same on any number of threads wherever fn(ctx, i) writes only what
+ * belongs to i and reads nothing another i writes. */
+void util_parallel_for(int n, void (*fn)(void *ctx, int i), void *ctx);
+/* $RATION_THREADS, else the online CPUs; 1 to 16. */
+int util_threads(void);
 
 /* Whole file into a NUL-terminated malloc'd buffer; whatever PATH is (a
  * FIFO, a device, standard input), more than JSON_MAX_FILE_BYTES is an
@@ -401,11 +408,11 @@ int64_t layout_lower_bound(const LayoutItem *items, int n, int64_t align);
  * a plan whose arena must stay within a cap is over it, without a
  * layout's search, when this is; -1 out of memory. */
 int64_t layout_device_lower_bound(const Plan *p, const Graph *g);
-/* Between layout_memo_enter and its leave, on one thread, layout_pack
- * packs each list of items once and remembers it (a planning run's
- * searches lay out many plans of the same buffers); the offsets are those
- * it computes without. Nested pairs share the outermost's memo, freed at
- * its leave; layout_memo_size: how many packs it holds. */
+/* Between layout_memo_enter and its leave, layout_pack packs each list of
+ * items once and remembers it (a planning run's searches lay out many
+ * plans of the same buffers); the offsets are those it computes without.
+ * One memo per process, shared by every thread, freed at the last leave;
+ * layout_memo_size: how many packs it holds. */
 void layout_memo_enter(void);
 void layout_memo_leave(void);
 int layout_memo_size(void);

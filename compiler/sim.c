@@ -347,7 +347,7 @@ static int cmp_i64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static const int *sort_key; /* qsort has no context argument in C11 */
+static _Thread_local const int *sort_key; /* qsort has no context argument in C11 */
 static int by_key_then_id(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   if (sort_key[x] != sort_key[y]) return sort_key[x] < sort_key[y] ? -1 : 1;

@@ -39,7 +39,7 @@ typedef struct Overlaps {
   int *start, *list;
 } Overlaps;
 
-static const Plan *g_sort_plan; /* qsort has no context argument in C11 */
+static _Thread_local const Plan *g_sort_plan; /* qsort has no context argument in C11 */
 static int by_space_offset(const void *a, const void *b) {
   const Buffer *x = &g_sort_plan->buffers[*(const int *)a], *y = &g_sort_plan->buffers[*(const int *)b];
   if (x->space != y->space) return x->space < y->space ? -1 : 1;

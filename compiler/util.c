@@ -1,7 +1,7 @@
 /*
  * util.c - the small things every pass needs: errors, checked byte
- * arithmetic, size strings, whole-file reads, atomic writes, SHA-256 and a
- * growable output buffer.
+ * arithmetic, size strings, whole-file reads, atomic writes, SHA-256, a
+ * growable output buffer and a parallel loop.
  */
 #define _GNU_SOURCE /* O_TMPFILE */
 #include "ration.h"
@@ -11,6 +11,8 @@
 #include <inttypes.h>
 #include <math.h>
 #include <nettle/sha2.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,38 @@ double util_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define UTIL_MAX_THREADS 16
+
+int util_threads(void) {
+  const char *env = getenv("RATION_THREADS");
+  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > UTIL_MAX_THREADS ? UTIL_MAX_THREADS : (int)n;
+}
+
+typedef struct {
+  int n;
+  void (*fn)(void *ctx, int i);
+  void *ctx;
+  atomic_int next;
+} Parallel;
+
+static void *parallel_worker(void *arg) {
+  Parallel *j = arg;
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) j->fn(j->ctx, i);
+  return NULL;
+}
+
+void util_parallel_for(int n, void (*fn)(void *ctx, int i), void *ctx) {
+  Parallel j = {.n = n, .fn = fn, .ctx = ctx};
+  atomic_init(&j.next, 0);
+  pthread_t th[UTIL_MAX_THREADS];
+  int want = n < util_threads() ? n : util_threads(), started = 0;
+  /* A thread that cannot start leaves its share to the others. */
+  while (started < want - 1 && pthread_create(&th[started], NULL, parallel_worker, &j) == 0) started++;
+  parallel_worker(&j);
+  for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
 }
 
 const char *util_fmt_bytes(int64_t bytes, char *buf, size_t n) {

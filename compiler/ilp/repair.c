@@ -90,22 +90,92 @@ static int single_changes(const Graph *g, const Device *d, const Decision *dec, 
   return n;
 }
 
+/* ------------------------------------------------------------ changes judged side by side */
+
+/* Changes of one decision built and judged on util_parallel_for's threads,
+ * each from its own copy of the decisions, a batch at a time; the scans
+ * below take the first or the fastest in their order, as one thread
+ * would, so the plan is the same on any number of threads. */
+typedef struct {
+  const Graph *g;
+  const Device *d;
+  const Decision *dec; /* the decisions every change is made to */
+  Change *ch;
+  const int *which;    /* the changes of this batch */
+  int64_t cap;         /* plan_within's */
+  double below;
+  int64_t budget;      /* ilp_try_plan's */
+  int64_t *arena;      /* per change: its arena where within cap (-1: not) */
+  double *step;        /* per change: its step where it fits the budget and is under below (HUGE_VAL: not) */
+} Batch;
+
+/* DEC with change CH into a fresh copy (NULL out of memory). */
+static Decision *changed(const Graph *g, const Decision *dec, const Change *ch) {
+  Decision *c = util_xcalloc((size_t)g->ntensors + 1, sizeof *c);
+  if (c) memcpy(c, dec, (size_t)g->ntensors * sizeof *c), c[ch->t] = ch->to;
+  return c;
+}
+
+/* The change scheduled: its plan, its layout's lower bound and its step's
+ * (sim_step_bound), for fastest_change. */
+static void schedule_one(void *ctx, int i) {
+  Batch *b = ctx;
+  Change *c = &b->ch[b->which ? b->which[i] : i];
+  Decision *dec = changed(b->g, b->dec, c);
+  Err e;
+  c->p = dec ? plan_schedule_decisions(b->g, b->d, dec, &e) : NULL;
+  c->lb = c->p ? layout_device_lower_bound(c->p, b->g) : INT64_MAX;
+  c->bound = c->p ? fmax(0, sim_step_bound(c->p, b->g, b->d)) : HUGE_VAL;
+  free(dec);
+}
+
+/* A scheduled change laid out and simulated (its plan freed where that fails). */
+static void finish_one(void *ctx, int i) {
+  Batch *b = ctx;
+  Change *c = &b->ch[b->which[i]];
+  Err e;
+  if (c->p && plan_finish(c->p, b->g, b->d, &e)) plan_free(c->p), c->p = NULL;
+}
+
+/* The change's arena where its plan is within cap and fits a device
+ * (plan_within), for first_change. */
+static void arena_one(void *ctx, int i) {
+  Batch *b = ctx;
+  Decision *dec = changed(b->g, b->dec, &b->ch[b->which[i]]);
+  Plan *p = dec ? plan_within(b->g, b->d, dec, b->cap, HUGE_VAL) : NULL;
+  b->arena[i] = p && plan_fits(p, b->d, INT64_MAX) ? p->arena_bytes : -1;
+  plan_free(p);
+  free(dec);
+}
+
+/* The change's step where it fits the budget under below (ilp_try_plan), for polish. */
+static void step_one(void *ctx, int i) {
+  Batch *b = ctx;
+  Decision *dec = changed(b->g, b->dec, &b->ch[b->which[i]]);
+  double st;
+  b->step[i] = dec && ilp_try_plan(b->g, b->d, b->budget, dec, b->below, &st) ? st : HUGE_VAL;
+  free(dec);
+}
+
 /* The first single change that lowers the arena (the memory-minimizing
  * solve's plan: only the arena matters there), into dec and *arena:
  * whether there was one. CH: scratch for every change. */
 static bool first_change(const Graph *g, const Device *d, Decision *dec, int64_t *arena, Change *ch) {
-  int n = single_changes(g, d, dec, ch);
-  for (int k = 0; k < n; k++) {
-    Decision was = dec[ch[k].t];
-    dec[ch[k].t] = ch[k].to;
-    Plan *p = plan_within(g, d, dec, *arena - 1, HUGE_VAL);
-    bool lower = p && p->arena_bytes < *arena && plan_fits(p, d, INT64_MAX);
-    if (lower) *arena = p->arena_bytes;
-    plan_free(p);
-    if (lower) return true;
-    dec[ch[k].t] = was;
+  int n = single_changes(g, d, dec, ch), threads = util_threads();
+  int *which = util_xcalloc((size_t)threads, sizeof *which);
+  int64_t *lower = util_xcalloc((size_t)threads, sizeof *lower);
+  bool found = false;
+  for (int k = 0; which && lower && k < n && !found; k += threads) {
+    int m = n - k < threads ? n - k : threads;
+    for (int i = 0; i < m; i++) which[i] = k + i;
+    Batch b = {.g = g, .d = d, .dec = dec, .ch = ch, .which = which, .cap = *arena - 1, .arena = lower};
+    util_parallel_for(m, arena_one, &b);
+    for (int i = 0; i < m && !found; i++)
+      if (lower[i] >= 0 && lower[i] < *arena) dec[ch[k + i].t] = ch[k + i].to, *arena = lower[i], found = true;
   }
-  return false;
+  free(which);
+  free(lower);
+  return found;
 }
 
 static int by_bound(const void *a, const void *b) {
@@ -125,33 +195,40 @@ static int by_bound(const void *a, const void *b) {
 static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Decision *dec, int64_t *arena, Change *ch) {
   /* The changes that may lower the arena, by their steps' bounds, their
    * plans kept: each is laid out only while it may still be taken. */
-  int all = single_changes(g, d, dec, ch), n = 0;
+  int all = single_changes(g, d, dec, ch), n = 0, threads = util_threads();
+  Batch b = {.g = g, .d = d, .dec = dec, .ch = ch};
+  util_parallel_for(all, schedule_one, &b);
   for (int k = 0; k < all; k++) {
-    Err e;
-    Decision was = dec[ch[k].t];
-    dec[ch[k].t] = ch[k].to;
-    Plan *p = plan_schedule_decisions(g, d, dec, &e);
-    dec[ch[k].t] = was;
-    int64_t lb = p ? layout_device_lower_bound(p, g) : INT64_MAX;
-    if (lb > *arena - 1) {
-      plan_free(p);
+    if (ch[k].lb > *arena - 1) {
+      plan_free(ch[k].p);
       continue;
     }
-    ch[n] = ch[k], ch[n].lb = lb, ch[n].p = p, ch[n++].bound = fmax(0, sim_step_bound(p, g, d));
+    ch[n++] = ch[k];
   }
   qsort(ch, (size_t)n, sizeof *ch, by_bound);
   int take = -1;
   double take_step = HUGE_VAL;
   int64_t take_arena = *arena;
-  for (int k = 0; k < n; k++) {
+  /* Laid out a batch at a time, from the first one the scan needs: what it
+   * then skips is only work spent. */
+  bool *finished = util_xcalloc((size_t)n + 1, sizeof *finished);
+  int *which = util_xcalloc((size_t)threads, sizeof *which);
+  b.which = which;
+  for (int k = 0; finished && which && k < n; k++) {
     bool taken_fits = take_arena <= budget;
     /* Its step and order are at least its bound's: behind the one taken,
      * it can be taken instead only by fitting where that does not. */
     bool behind = take >= 0 && (ch[k].bound > take_step || (ch[k].bound == take_step && ch[k].order > ch[take].order));
     if (behind && taken_fits) break;
-    Err e;
+    if (ch[k].lb > (behind || taken_fits ? budget : *arena - 1)) continue;
+    if (!finished[k]) {
+      int m = 0;
+      for (int j = k; j < n && m < threads; j++)
+        if (!finished[j]) which[m++] = j, finished[j] = true;
+      util_parallel_for(m, finish_one, &b);
+    }
     Plan *p = ch[k].p;
-    if (ch[k].lb > (behind || taken_fits ? budget : *arena - 1) || plan_finish(p, g, d, &e)) continue;
+    if (!p) continue;
     if (p->arena_bytes < *arena && plan_fits(p, d, INT64_MAX)) {
       double step = p->predicted.step_seconds;
       bool fits = p->arena_bytes <= budget;
@@ -160,6 +237,8 @@ static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Deci
     }
   }
   for (int k = 0; k < n; k++) plan_free(ch[k].p);
+  free(finished);
+  free(which);
   if (take < 0) return false;
   dec[ch[take].t] = ch[take].to;
   *arena = take_arena;
@@ -245,18 +324,22 @@ int64_t ilp_repair(const Graph *g, const Device *d, int64_t budget, Decision *de
 bool ilp_polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
   if (g->nstashed > ILP_POLISH_MAX) return false;
   bool any = false;
-  for (bool moved = true; moved && !ilp_out_of_time(deadline);) {
+  int threads = util_threads();
+  Change *ch = util_xcalloc(3 * (size_t)g->nstashed + 1, sizeof *ch);
+  int *which = util_xcalloc((size_t)threads, sizeof *which);
+  double *step = util_xcalloc((size_t)threads, sizeof *step);
+  for (bool moved = ch && which && step; moved && !ilp_out_of_time(deadline);) {
     moved = false;
-    for (int i = 0; i < g->nstashed && !moved && !ilp_out_of_time(deadline); i++) {
-      int t = g->stashed[i];
-      Decision was = dec[t];
-      for (int a = DEC_KEEP; a <= DEC_OFFLOAD && !moved; a++) {
-        if (a == (int)was || !may_take(g, d, t, a)) continue;
-        dec[t] = (Decision)a;
-        double st;
-        if (ilp_try_plan(g, d, budget, dec, *best * (1 - 1e-12), &st)) *best = st, moved = any = true;
-        else dec[t] = was;
-      }
+    /* The single changes in scan order, a batch at a time on the threads;
+     * the first that is faster is taken, as one thread would. */
+    int n = single_changes(g, d, dec, ch);
+    for (int k = 0; k < n && !moved && !ilp_out_of_time(deadline); k += threads) {
+      int m = n - k < threads ? n - k : threads;
+      for (int i = 0; i < m; i++) which[i] = k + i;
+      Batch b = {.g = g, .d = d, .dec = dec, .ch = ch, .which = which, .budget = budget, .below = *best * (1 - 1e-12), .step = step};
+      util_parallel_for(m, step_one, &b);
+      for (int i = 0; i < m && !moved; i++)
+        if (step[i] < HUGE_VAL) dec[ch[k + i].t] = ch[k + i].to, *best = step[i], moved = any = true;
     }
     for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && !ilp_out_of_time(deadline); i++)
       for (int j = i + 1; j < g->nstashed && !moved; j++) {
@@ -272,5 +355,8 @@ bool ilp_polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, 
           }
       }
   }
+  free(ch);
+  free(which);
+  free(step);
   return any;
 }
