@@ -534,6 +534,28 @@ static void no_plan_error(const Graph *g, const Device *d, int64_t budget, int64
             d->name, smallest);
 }
 
+/* A round's answer and pool built into plans on util_parallel_for's
+ * threads (each plan its own), then judged in their order. */
+typedef struct {
+  const Graph *g;
+  const Device *d;
+  const Candidate *c;
+  const Pool *pool;
+  int first;                 /* -1: the answer c first, 0: the pool alone */
+  Plan *plan[ILP_POOL + 1];  /* [i + 1]: candidate i's (c at -1) */
+  Err err[ILP_POOL + 1];
+} Built;
+
+static void build_one(void *ctx, int j) {
+  Built *b = ctx;
+  int i = b->first + j;
+  b->plan[i + 1] = plan_from_decisions(b->g, b->d, i < 0 ? b->c->dec : b->pool->c[i].dec, &b->err[i + 1]);
+}
+
+static void free_built(Built *b) {
+  for (int i = 0; i <= ILP_POOL; i++) plan_free(b->plan[i]), b->plan[i] = NULL;
+}
+
 static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   si->min_budget_known = false, si->proof_deferred = false;
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
@@ -640,10 +662,17 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
     const Candidate *pick = NULL;
     int64_t c_arena = -1;
     double c_step = HUGE_VAL;
-    for (int i = c.ok ? -1 : 0; i < pool.n; i++) {
+    Built built = {.g = g, .d = d, .c = &c, .pool = &pool, .first = c.ok ? -1 : 0};
+    util_parallel_for(pool.n - built.first, build_one, &built);
+    for (int i = built.first; i < pool.n; i++) {
       const Candidate *k = i < 0 ? &c : &pool.c[i];
-      Plan *p = plan_from_decisions(g, d, k->dec, e);
-      if (!p) goto out;
+      Plan *p = built.plan[i + 1];
+      built.plan[i + 1] = NULL;
+      if (!p) {
+        *e = built.err[i + 1];
+        free_built(&built);
+        goto out;
+      }
       int64_t arena = p->arena_bytes, peak = p->predicted.peak_live_bytes;
       double step = p->predicted.step_seconds;
       bool fits = plan_fits(p, d, o->budget_bytes);
@@ -651,6 +680,7 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
       if (k->peak >= 0 && peak != k->peak) {
         err_set(e, "%s: internal error: the ILP predicts a peak of %" PRId64 " bytes, the simulator %" PRId64, g->path,
                 k->peak, peak);
+        free_built(&built);
         goto out;
       }
       if (i < 0) c_arena = arena, c_step = step;
