@@ -169,6 +169,8 @@ typedef struct Ilp {
   Window *win;
   int nwin, cap_win;
   int *win_first, *win_by_b; /* windows grouped by their end op */
+  Window *win_b;             /* win in win_by_b's order, for ilp_eval_stalls' passes over it */
+  int *win_b_prev;           /* ... and the index there of each one's previous window in its group (-1: none) */
   int nfifo[2], *fifo[2];    /* offloadable tensors in each stream's queue order */
   Fifo *frow;                /* queue rows (ilp_build_stalls) */
   int nfrow, cap_frow, *frow_first, *frow_by_b;

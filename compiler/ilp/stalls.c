@@ -85,6 +85,28 @@ static void add_window(Ilp *md, int stream, int a, int b0, int b, int c, double 
   md->win[md->nwin++] = (Window){stream, a, b0, b, c, cap};
 }
 
+/* The windows in the order ilp_eval_stalls walks them (win_by_b's), each
+ * with the index there of the window before it in its group: every pass
+ * over them then reads one array in order, where through win_by_b each
+ * window was a cache miss (ilp_eval_stalls, mostly its windows, was a
+ * third of llama3-8b's CPU at its smallest budget, perf). */
+static bool windows_by_end(Ilp *md) {
+  int nw = md->nwin;
+  int *at = util_xcalloc((size_t)nw + 1, sizeof(int)); /* per window: its index in the order by end */
+  md->win_b = util_xcalloc((size_t)nw + 1, sizeof(Window));
+  md->win_b_prev = util_xcalloc((size_t)nw + 1, sizeof(int));
+  bool ok = at && md->win_b && md->win_b_prev;
+  for (int k = 0; ok && k < nw; k++) at[md->win_by_b[k]] = k;
+  for (int k = 0; ok && k < nw; k++) {
+    int i = md->win_by_b[k];
+    const Window *w = &md->win[i];
+    md->win_b[k] = *w;
+    md->win_b_prev[k] = i > 0 && w[-1].a == w->a && w[-1].stream == w->stream ? at[i - 1] : -1;
+  }
+  free(at);
+  return ok;
+}
+
 void ilp_build_stalls(Ilp *md) {
   const Graph *g = md->g;
   const Device *d = md->d;
@@ -204,7 +226,8 @@ void ilp_build_stalls(Ilp *md) {
     }
   }
   free(start), free(due), free(latest);
-  if (!group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &md->win_by_b)) {
+  if (!group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &md->win_by_b) ||
+      !windows_by_end(md)) {
     md->failed = true;
     goto out;
   }
@@ -301,6 +324,8 @@ out:
  * in the order the full walks would add them. */
 typedef struct Offloaded {
   int *due_first[2], *due[2];
+  int *due_issue[2];    /* per entry of due: its issue op */
+  double *due_us[2];    /* ... and its copy time */
   int *queued_first[2];
   double *queued_us[2];
 } Offloaded;
@@ -312,17 +337,23 @@ static bool offloaded_of(const Ilp *md, const Decision *dec, Offloaded *o) {
     int nf = md->nfifo[s], nd = md->due_first[s][n];
     o->due_first[s] = util_xcalloc((size_t)n + 1, sizeof(int));
     o->due[s] = util_xcalloc((size_t)nd + 1, sizeof(int));
+    o->due_issue[s] = util_xcalloc((size_t)nd + 1, sizeof(int));
+    o->due_us[s] = util_xcalloc((size_t)nd + 1, sizeof(double));
     o->queued_first[s] = util_xcalloc((size_t)nf + 1, sizeof(int));
     o->queued_us[s] = util_xcalloc((size_t)nf + 1, sizeof(double));
-    if (!o->due_first[s] || !o->due[s] || !o->queued_first[s] || !o->queued_us[s]) {
+    if (!o->due_first[s] || !o->due[s] || !o->due_issue[s] || !o->due_us[s] || !o->queued_first[s] || !o->queued_us[s]) {
       ok = false;
       continue;
     }
     int m = 0;
     for (int b = 0; b < n; b++) {
       o->due_first[s][b] = m;
-      for (int k = md->due_first[s][b]; k < md->due_first[s][b + 1]; k++)
-        if (dec[md->due_list[s][k]] == DEC_OFFLOAD) o->due[s][m++] = md->due_list[s][k];
+      for (int k = md->due_first[s][b]; k < md->due_first[s][b + 1]; k++) {
+        int t = md->due_list[s][k];
+        if (dec[t] != DEC_OFFLOAD) continue;
+        o->due_issue[s][m] = ilp_issue_op(md, s, t), o->due_us[s][m] = md->copy_us[s][t];
+        o->due[s][m++] = t;
+      }
     }
     o->due_first[s][n] = m;
     m = 0;
@@ -336,7 +367,10 @@ static bool offloaded_of(const Ilp *md, const Decision *dec, Offloaded *o) {
 }
 
 static void offloaded_free(Offloaded *o) {
-  for (int s = 0; s < 2; s++) free(o->due_first[s]), free(o->due[s]), free(o->queued_first[s]), free(o->queued_us[s]);
+  for (int s = 0; s < 2; s++) {
+    free(o->due_first[s]), free(o->due[s]), free(o->due_issue[s]), free(o->due_us[s]);
+    free(o->queued_first[s]), free(o->queued_us[s]);
+  }
 }
 
 /* The copy streams as they run one decision vector: each stream's next
@@ -413,18 +447,17 @@ static double wait_copies(const Ilp *md, const Decision *dec, const Offloaded *o
   return v;
 }
 
-/* Window i's running sum C: its group's (the windows of one stream and
- * start, in order of their end) up to the window before it, plus the
- * copies due from its b0 to its b, added in the order a single running sum
- * over the group would add them. */
-static double window_sum(const Ilp *md, const Offloaded *off, int i, const double *x) {
-  const Window *w = &md->win[i];
-  const Window *before = i > 0 && w[-1].a == w->a && w[-1].stream == w->stream ? &w[-1] : NULL;
-  double c = before ? x[before->col] : 0;
-  for (int k = off->due_first[w->stream][w->b0]; k < off->due_first[w->stream][w->b + 1]; k++) {
-    int t = off->due[w->stream][k];
-    if (ilp_issue_op(md, w->stream, t) >= w->a) c += md->copy_us[w->stream][t];
-  }
+/* Window k's running sum C (k in win_b's order): its group's (the windows
+ * of one stream and start, in order of their end) up to the window before
+ * it, plus the copies due from its b0 to its b, added in the order a
+ * single running sum over the group would add them. SUM: the sums of the
+ * windows before k in that order. */
+static double window_sum(const Ilp *md, const Offloaded *off, int k, const double *sum) {
+  const Window *w = &md->win_b[k];
+  int before = md->win_b_prev[k], s = w->stream;
+  double c = before >= 0 ? sum[before] : 0;
+  for (int j = off->due_first[s][w->b0]; j < off->due_first[s][w->b + 1]; j++)
+    if (off->due_issue[s][j] >= w->a) c += off->due_us[s][j];
   return c;
 }
 
@@ -450,9 +483,10 @@ double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int
   if (!md->col_q) return 0;
   double *q = util_xcalloc((size_t)n + 1, sizeof(double)), *finish = util_xcalloc(2 * (size_t)nt + 1, sizeof(double));
   double *hfinish = util_xcalloc((size_t)(md->nhcopy[0] + md->nhcopy[1]) + 1, sizeof(double));
+  double *wsum = util_xcalloc((size_t)md->nwin + 1, sizeof(double)); /* per window in win_b's order: x at its column */
   Offloaded off = {0};
-  if (!q || !finish || !hfinish || !offloaded_of(md, dec, &off)) {
-    free(q), free(finish), free(hfinish), offloaded_free(&off);
+  if (!q || !finish || !hfinish || !wsum || !offloaded_of(md, dec, &off)) {
+    free(q), free(finish), free(hfinish), free(wsum), offloaded_free(&off);
     return 0;
   }
   /* In step order within op b: prefetches issued, prefetches waited for
@@ -465,8 +499,7 @@ double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int
     if (rerun[j] >= 0) rerun_us += ilp_op_us(md, j);
   double reached = 0;
   for (int b = 0; b < n; b++) {
-    for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++)
-      x[md->win[md->win_by_b[i]].col] = window_sum(md, &off, md->win_by_b[i], x);
+    for (int k = md->win_first[b]; k < md->win_first[b + 1]; k++) x[md->win_b[k].col] = wsum[k] = window_sum(md, &off, k, wsum);
     double v = b ? q[b - 1] : 0;
     for (int s = 1; s >= 0 && (parts & STALL_QUEUES); s--) {
       if (s == 0) host_op(md, dec, b, v, rerun_us, &st);
@@ -474,10 +507,10 @@ double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int
       v = wait_copies(md, dec, &off, s, b, v, &st);
     }
     if ((parts & STALL_ROWS) && (!(parts & STALL_QUEUES) || md->d->copy_compute_share <= 0)) {
-      for (int i = md->win_first[b]; i < md->win_first[b + 1]; i++) {
-        const Window *w = &md->win[md->win_by_b[i]];
+      for (int k = md->win_first[b]; k < md->win_first[b + 1]; k++) {
+        const Window *w = &md->win_b[k];
         double base = w->a ? q[w->a - 1] : 0;
-        if (base + x[w->col] - w->cap > v) v = base + x[w->col] - w->cap;
+        if (base + wsum[k] - w->cap > v) v = base + wsum[k] - w->cap;
       }
       for (int k = off.due_first[1][b]; k < off.due_first[1][b + 1]; k++) {
         int t = off.due[1][k], p = g->tensors[t].producer;
@@ -502,6 +535,6 @@ double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int
    * where the pass ran to the last op. */
   double end = md->t_end[n - 1] + st.shift + rerun_us + q[n - 1];
   if (reached < stop_at && (parts & STALL_QUEUES) && st.host > end) x[md->col_q[n - 1]] = reached = q[n - 1] + st.host - end;
-  free(q), free(finish), free(hfinish), offloaded_free(&off);
+  free(q), free(finish), free(hfinish), free(wsum), offloaded_free(&off);
   return reached;
 }
