@@ -143,9 +143,8 @@ static void check_eval_incremental(const Graph *g, const Device *d, int n, unsig
   static const char *const model_name[] = {"", " (memory model)", " (model with homes)"};
   for (PlanIlpModel model = PLAN_ILP_TIME; model <= PLAN_ILP_WITH_HOMES; model++) {
     /* In the model with homes the bases home some params and optimizer
-     * state and the moves change homes too: a vector whose homes differ
-     * from its base's is evaluated whole, one whose activations alone
-     * differ incrementally over a base with homes. */
+     * state and the moves change homes and host optimizers too, each
+     * evaluated incrementally over its base like an activation's change. */
     bool homes = model == PLAN_ILP_WITH_HOMES;
     int homed = 0, on_host = 0;
     srand(seed);

@@ -96,11 +96,16 @@ int ilp_eval(const Ilp *md, const Decision *dec, double *x, int64_t *peak) {
  * creation order, through an index of each column's readers), the live
  * bytes only where those columns have memory events (the base's live
  * bytes between them, by range maxima), and the stalls only when the set
- * of offloaded tensors changed (the stalls read nothing else). Integer
- * bytes and the same objective sum make every answer bit for bit the
- * whole evaluation's (test_ilp compares them over random move sequences).
- * A vector more than ILP_EVAL_NEAR decisions from the base is evaluated
- * whole and becomes the base. */
+ * of offloaded tensors or the homes changed (the stalls read nothing
+ * else). In the model with homes a home or host optimizer is a change of
+ * its H, F and X columns like any other (until 2026-11-29 every vector
+ * whose homes differed from the base's was evaluated whole and became the
+ * base: the search over homes took a quarter of gpt2-124m's CPU at its
+ * smallest budget, 2.6 of 10.6 s; now 0.23 s). Integer bytes and the
+ * same objective sum make every answer bit for bit the whole evaluation's
+ * (test_ilp compares them over random move sequences). A vector more than
+ * ILP_EVAL_NEAR decisions from the base is evaluated whole and becomes the
+ * base. */
 #define ILP_EVAL_NEAR 16
 
 typedef struct LiveDelta {
@@ -245,18 +250,32 @@ static int rebase(const Ilp *md, EvalCache *c, const Decision *dec) {
   return 0;
 }
 
+/* Whether t's decision is a home's (or a host optimizer's) with columns:
+ * a resident tensor in the model with homes, with an H or an X column. */
+static bool home_unit(const Ilp *md, int t) {
+  return md->homes && graph_is_resident(&md->g->tensors[t]) && (md->colH[t] >= 0 || md->colX[t] >= 0);
+}
+
 /* The tensors where dec differs from the base, into c->changed; false when
  * there is no base, more than ILP_EVAL_NEAR differ, or one without
- * decision columns does (a home). */
+ * decision columns does. */
 static bool near_base(const Ilp *md, EvalCache *c, const Decision *dec) {
   c->nchanged = 0;
   if (!c->based) return false;
   for (int t = 0; t < md->g->ntensors; t++) {
     if (dec[t] == c->dec[t]) continue;
-    if (md->colK[t] < 0 || c->nchanged == ILP_EVAL_NEAR) return false;
+    if ((md->colK[t] < 0 && !home_unit(md, t)) || c->nchanged == ILP_EVAL_NEAR) return false;
     c->changed[c->nchanged++] = t;
   }
   return true;
+}
+
+/* Home unit t's column that decision v sets, as ilp_eval_homes reads it:
+ * -1 for none (the device), -2 for one outside the columns. */
+static int home_col(const Ilp *md, int t, Decision v) {
+  if (v == DEC_NONE || v == DEC_KEEP) return -1;
+  int col = v == DEC_HOST ? md->colH[t] : v == DEC_HOST_REFETCH ? md->colF[t] : md->colX[t];
+  return col < 0 ? -2 : col;
 }
 
 static void heap_push(EvalCache *c, int i) {
@@ -372,18 +391,34 @@ static int64_t query_peak(const Ilp *md, EvalCache *c) {
 static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, double obj_cap, int64_t peak_cap,
                  int64_t *peak, double *obj) {
   const Graph *g = md->g;
-  bool offloads_moved = false, offloads_grew = true, reruns_moved = false;
+  bool offloads_moved = false, offloads_grew = true, reruns_moved = false, homes_moved = false;
   int rc = -1;
   for (int i = 0; i < c->nchanged; i++) {
     int t = c->changed[i];
+    if (md->colK[t] < 0) {
+      if (home_col(md, t, dec[t]) == -2) return -1;
+      homes_moved = true;
+      continue;
+    }
     if (dec[t] != DEC_KEEP && dec[t] != DEC_RECOMPUTE && dec[t] != DEC_OFFLOAD) return -1;
     reruns_moved |= (dec[t] == DEC_RECOMPUTE) != (c->dec[t] == DEC_RECOMPUTE);
   }
+  /* A host optimizer's operands host-homed, as ilp_eval_homes checks. */
+  for (int t = 0; homes_moved && t < g->ntensors; t++)
+    if (md->xneed[t] >= 0 && dec[md->xneed[t]] == DEC_HOST_OPTIMIZER && dec[t] != DEC_HOST &&
+        (dec[t] != DEC_HOST_REFETCH || md->xhost[t]))
+      return -1;
   /* The re-runs follow the recomputed set alone (a kept or offloaded
    * tensor never demands one: plan_family_positions). */
   if (reruns_moved && plan_family_positions(g, dec, c->rerun_q, c->need)) return -1;
   for (int i = 0; i < c->nchanged; i++) {
     int t = c->changed[i];
+    if (md->colK[t] < 0) {
+      int col = home_col(md, t, dec[t]), cols[3] = {md->colH[t], md->colF[t], md->colX[t]};
+      for (int k = 0; k < 3; k++)
+        if (cols[k] >= 0) set_col(c, cols[k], cols[k] == col);
+      continue;
+    }
     set_col(c, md->colK[t], dec[t] == DEC_KEEP);
     set_col(c, md->colR[t], dec[t] == DEC_RECOMPUTE);
     set_col(c, md->colO[t], dec[t] == DEC_OFFLOAD);
@@ -421,8 +456,8 @@ static int query(const Ilp *md, EvalCache *c, const Decision *dec, double *x, do
      * too. A vector already at the cap by that bound is at it (rounding
      * is monotone). */
     int last = md->col_q ? md->col_q[g->nops - 1] : -1;
-    if ((offloads_moved || (reruns_moved && c->host_ops)) && last >= 0) {
-      if (!offloads_grew || md->d->copy_compute_share > 0 || c->host_ops) set_col(c, last, 0);
+    if ((offloads_moved || homes_moved || (reruns_moved && c->host_ops)) && last >= 0) {
+      if (!offloads_grew || md->d->copy_compute_share > 0 || c->host_ops || homes_moved) set_col(c, last, 0);
       double lower = c->x[last], coef = md->m.obj[last], at_lower = ilp_objective_of(md, c->x);
       if (!c->failed && at_lower >= obj_cap) goto out;
       /* The pass may stop once Q alone takes the objective to the cap; the
