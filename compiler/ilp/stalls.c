@@ -456,9 +456,38 @@ static double window_sum(const Ilp *md, const Offloaded *off, int k, const doubl
   const Window *w = &md->win_b[k];
   int before = md->win_b_prev[k], s = w->stream;
   double c = before >= 0 ? sum[before] : 0;
+  /* Adding 0 for a copy issued before a leaves c as it is (c >= 0): no
+   * branch on which ones count. */
   for (int j = off->due_first[s][w->b0]; j < off->due_first[s][w->b + 1]; j++)
-    if (off->due_issue[s][j] >= w->a) c += off->due_us[s][j];
+    c += off->due_issue[s][j] >= w->a ? off->due_us[s][j] : 0;
   return c;
+}
+
+/* Window k's lateness by its row, Q[a-1] + C - cap (q: Q so far, wsum:
+ * C). */
+static double window_late(const Ilp *md, int k, const double *q, const double *wsum) {
+  const Window *w = &md->win_b[k];
+  return (w->a ? q[w->a - 1] : 0) + wsum[k] - w->cap;
+}
+
+static double larger(double a, double b) { return a > b ? a : b; }
+
+/* v raised to the most the windows ending at op b are late by: four
+ * running maxima over every fourth window, then the most of them, the
+ * same value as one running maximum (none is NaN or -0) without a chain
+ * of compares from one window to the next (the windows' rows were a
+ * quarter of ilp_eval_stalls at llama3-8b's smallest budget, perf). */
+static double windows_late(const Ilp *md, int b, const double *q, const double *wsum, double v) {
+  double m0 = v, m1 = v, m2 = v, m3 = v;
+  int k = md->win_first[b], end = md->win_first[b + 1];
+  for (; k + 4 <= end; k += 4) {
+    m0 = larger(window_late(md, k, q, wsum), m0);
+    m1 = larger(window_late(md, k + 1, q, wsum), m1);
+    m2 = larger(window_late(md, k + 2, q, wsum), m2);
+    m3 = larger(window_late(md, k + 3, q, wsum), m3);
+  }
+  for (; k < end; k++) m0 = larger(window_late(md, k, q, wsum), m0);
+  return larger(larger(m0, m1), larger(m2, m3));
 }
 
 /* Q for one decision vector: the least the rows allow (windows, round
@@ -507,11 +536,7 @@ double ilp_eval_stalls(const Ilp *md, const Decision *dec, const int *rerun, int
       v = wait_copies(md, dec, &off, s, b, v, &st);
     }
     if ((parts & STALL_ROWS) && (!(parts & STALL_QUEUES) || md->d->copy_compute_share <= 0)) {
-      for (int k = md->win_first[b]; k < md->win_first[b + 1]; k++) {
-        const Window *w = &md->win_b[k];
-        double base = w->a ? q[w->a - 1] : 0;
-        if (base + wsum[k] - w->cap > v) v = base + wsum[k] - w->cap;
-      }
+      v = windows_late(md, b, q, wsum, v);
       for (int k = off.due_first[1][b]; k < off.due_first[1][b + 1]; k++) {
         int t = off.due[1][k], p = g->tensors[t].producer;
         v = fmax(v, (p ? q[p - 1] : 0) + round_trip_late(md, t));
