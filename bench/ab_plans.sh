@@ -26,7 +26,7 @@ echo "| graph | f | budget (bytes) | A step (us) | A CPU s | B step (us) | B CPU
 echo "|---|---|---|---|---|---|---|---|"
 for g in "$@"; do
   name=$(basename "$g" .json)
-  "$B" plan "$g" --device "$device" --strategy keep-all -o "$tmp/k" >/dev/null 2>&1 || { echo "$name: keep-all failed" >&2; continue; }
+  "$B" plan "$g" --device "$device" --strategy keep-all --budget 1000% -o "$tmp/k" >/dev/null 2>&1 || { echo "$name: keep-all failed" >&2; continue; }
   k=$(field "$tmp/k.plan.json" predicted peak_live_bytes)
   m=$("$B" plan "$g" --device "$device" --budget 1 -o "$tmp/m" 2>&1 >/dev/null |
       sed -n 's/.*smallest budget planned is \([0-9]*\) bytes.*/\1/p')
