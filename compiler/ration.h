@@ -40,7 +40,8 @@ double util_now(void);
  * same on any number of threads wherever fn(ctx, i) writes only what
  * belongs to i and reads nothing another i writes. */
 void util_parallel_for(int n, void (*fn)(void *ctx, int i), void *ctx);
-/* $RATION_THREADS, else the online CPUs; 1 to 16. */
+/* $RATION_THREADS, else the online CPUs; 1 to UTIL_MAX_THREADS. */
+#define UTIL_MAX_THREADS 16
 int util_threads(void);
 
 /* Whole file into a NUL-terminated malloc'd buffer; whatever PATH is (a

@@ -82,8 +82,6 @@ double util_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-#define UTIL_MAX_THREADS 16
-
 int util_threads(void) {
   const char *env = getenv("RATION_THREADS");
   long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
@@ -107,7 +105,8 @@ void util_parallel_for(int n, void (*fn)(void *ctx, int i), void *ctx) {
   Parallel j = {.n = n, .fn = fn, .ctx = ctx};
   atomic_init(&j.next, 0);
   pthread_t th[UTIL_MAX_THREADS];
-  int want = n < util_threads() ? n : util_threads(), started = 0;
+  int want = util_threads(), started = 0;
+  if (want > n) want = n;
   /* A thread that cannot start leaves its share to the others. */
   while (started < want - 1 && pthread_create(&th[started], NULL, parallel_worker, &j) == 0) started++;
   parallel_worker(&j);

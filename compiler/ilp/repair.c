@@ -101,12 +101,15 @@ typedef struct {
   const Device *d;
   const Decision *dec; /* the decisions every change is made to */
   Change *ch;
-  const int *which;    /* the changes of this batch */
   int64_t cap;         /* plan_within's */
   double below;
   int64_t budget;      /* ilp_try_plan's */
-  int64_t *arena;      /* per change: its arena where within cap (-1: not) */
-  double *step;        /* per change: its step where it fits the budget and is under below (HUGE_VAL: not) */
+  /* The batch: its changes' places in ch, and per change whether it is
+   * taken, with its arena (first_change) or step (polish). */
+  int batch[UTIL_MAX_THREADS];
+  bool ok[UTIL_MAX_THREADS];
+  int64_t arena[UTIL_MAX_THREADS];
+  double step[UTIL_MAX_THREADS];
 } Batch;
 
 /* DEC with change CH into a fresh copy (NULL out of memory). */
@@ -116,11 +119,11 @@ static Decision *changed(const Graph *g, const Decision *dec, const Change *ch) 
   return c;
 }
 
-/* The change scheduled: its plan, its layout's lower bound and its step's
- * (sim_step_bound), for fastest_change. */
+/* Change I of all of b->ch scheduled: its plan, its layout's lower bound
+ * and its step's (sim_step_bound), for fastest_change. */
 static void schedule_one(void *ctx, int i) {
   Batch *b = ctx;
-  Change *c = &b->ch[b->which ? b->which[i] : i];
+  Change *c = &b->ch[i];
   Decision *dec = changed(b->g, b->dec, c);
   Err e;
   c->p = dec ? plan_schedule_decisions(b->g, b->d, dec, &e) : NULL;
@@ -132,50 +135,55 @@ static void schedule_one(void *ctx, int i) {
 /* A scheduled change laid out and simulated (its plan freed where that fails). */
 static void finish_one(void *ctx, int i) {
   Batch *b = ctx;
-  Change *c = &b->ch[b->which[i]];
+  Change *c = &b->ch[b->batch[i]];
   Err e;
   if (c->p && plan_finish(c->p, b->g, b->d, &e)) plan_free(c->p), c->p = NULL;
 }
 
-/* The change's arena where its plan is within cap and fits a device
+/* Taken where its plan's arena is within cap and it fits a device
  * (plan_within), for first_change. */
 static void arena_one(void *ctx, int i) {
   Batch *b = ctx;
-  Decision *dec = changed(b->g, b->dec, &b->ch[b->which[i]]);
+  Decision *dec = changed(b->g, b->dec, &b->ch[b->batch[i]]);
   Plan *p = dec ? plan_within(b->g, b->d, dec, b->cap, HUGE_VAL) : NULL;
-  b->arena[i] = p && plan_fits(p, b->d, INT64_MAX) ? p->arena_bytes : -1;
+  b->ok[i] = p && p->arena_bytes <= b->cap && plan_fits(p, b->d, INT64_MAX);
+  b->arena[i] = b->ok[i] ? p->arena_bytes : -1;
   plan_free(p);
   free(dec);
 }
 
-/* The change's step where it fits the budget under below (ilp_try_plan), for polish. */
+/* Taken where it fits the budget with a step under below (ilp_try_plan), for polish. */
 static void step_one(void *ctx, int i) {
   Batch *b = ctx;
-  Decision *dec = changed(b->g, b->dec, &b->ch[b->which[i]]);
-  double st;
-  b->step[i] = dec && ilp_try_plan(b->g, b->d, b->budget, dec, b->below, &st) ? st : HUGE_VAL;
+  Decision *dec = changed(b->g, b->dec, &b->ch[b->batch[i]]);
+  b->ok[i] = dec && ilp_try_plan(b->g, b->d, b->budget, dec, b->below, &b->step[i]);
   free(dec);
+}
+
+/* The first of the N changes in b->ch, in their order, that JUDGE takes,
+ * judged a batch of util_threads() at a time; its place in the batch
+ * into *at. -1: none, or the deadline passed. */
+static int first_taken(Batch *b, int n, void (*judge)(void *ctx, int i), double deadline, int *at) {
+  int threads = util_threads();
+  for (int k = 0; k < n && !ilp_out_of_time(deadline); k += threads) {
+    int m = n - k < threads ? n - k : threads;
+    for (int i = 0; i < m; i++) b->batch[i] = k + i;
+    util_parallel_for(m, judge, b);
+    for (int i = 0; i < m; i++)
+      if (b->ok[i]) return *at = i, k + i;
+  }
+  return -1;
 }
 
 /* The first single change that lowers the arena (the memory-minimizing
  * solve's plan: only the arena matters there), into dec and *arena:
  * whether there was one. CH: scratch for every change. */
 static bool first_change(const Graph *g, const Device *d, Decision *dec, int64_t *arena, Change *ch) {
-  int n = single_changes(g, d, dec, ch), threads = util_threads();
-  int *which = util_xcalloc((size_t)threads, sizeof *which);
-  int64_t *lower = util_xcalloc((size_t)threads, sizeof *lower);
-  bool found = false;
-  for (int k = 0; which && lower && k < n && !found; k += threads) {
-    int m = n - k < threads ? n - k : threads;
-    for (int i = 0; i < m; i++) which[i] = k + i;
-    Batch b = {.g = g, .d = d, .dec = dec, .ch = ch, .which = which, .cap = *arena - 1, .arena = lower};
-    util_parallel_for(m, arena_one, &b);
-    for (int i = 0; i < m && !found; i++)
-      if (lower[i] >= 0 && lower[i] < *arena) dec[ch[k + i].t] = ch[k + i].to, *arena = lower[i], found = true;
-  }
-  free(which);
-  free(lower);
-  return found;
+  Batch b = {.g = g, .d = d, .dec = dec, .ch = ch, .cap = *arena - 1};
+  int at, k = first_taken(&b, single_changes(g, d, dec, ch), arena_one, HUGE_VAL, &at);
+  if (k < 0) return false;
+  dec[ch[k].t] = ch[k].to, *arena = b.arena[at];
+  return true;
 }
 
 static int by_bound(const void *a, const void *b) {
@@ -212,9 +220,7 @@ static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Deci
   /* Laid out a batch at a time, from the first one the scan needs: what it
    * then skips is only work spent. */
   bool *finished = util_xcalloc((size_t)n + 1, sizeof *finished);
-  int *which = util_xcalloc((size_t)threads, sizeof *which);
-  b.which = which;
-  for (int k = 0; finished && which && k < n; k++) {
+  for (int k = 0; finished && k < n; k++) {
     bool taken_fits = take_arena <= budget;
     /* Its step and order are at least its bound's: behind the one taken,
      * it can be taken instead only by fitting where that does not. */
@@ -224,7 +230,7 @@ static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Deci
     if (!finished[k]) {
       int m = 0;
       for (int j = k; j < n && m < threads; j++)
-        if (!finished[j]) which[m++] = j, finished[j] = true;
+        if (!finished[j]) b.batch[m++] = j, finished[j] = true;
       util_parallel_for(m, finish_one, &b);
     }
     Plan *p = ch[k].p;
@@ -238,7 +244,6 @@ static bool fastest_change(const Graph *g, const Device *d, int64_t budget, Deci
   }
   for (int k = 0; k < n; k++) plan_free(ch[k].p);
   free(finished);
-  free(which);
   if (take < 0) return false;
   dec[ch[take].t] = ch[take].to;
   *arena = take_arena;
@@ -324,23 +329,13 @@ int64_t ilp_repair(const Graph *g, const Device *d, int64_t budget, Decision *de
 bool ilp_polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, double *best, double deadline) {
   if (g->nstashed > ILP_POLISH_MAX) return false;
   bool any = false;
-  int threads = util_threads();
   Change *ch = util_xcalloc(3 * (size_t)g->nstashed + 1, sizeof *ch);
-  int *which = util_xcalloc((size_t)threads, sizeof *which);
-  double *step = util_xcalloc((size_t)threads, sizeof *step);
-  for (bool moved = ch && which && step; moved && !ilp_out_of_time(deadline);) {
-    moved = false;
-    /* The single changes in scan order, a batch at a time on the threads;
-     * the first that is faster is taken, as one thread would. */
-    int n = single_changes(g, d, dec, ch);
-    for (int k = 0; k < n && !moved && !ilp_out_of_time(deadline); k += threads) {
-      int m = n - k < threads ? n - k : threads;
-      for (int i = 0; i < m; i++) which[i] = k + i;
-      Batch b = {.g = g, .d = d, .dec = dec, .ch = ch, .which = which, .budget = budget, .below = *best * (1 - 1e-12), .step = step};
-      util_parallel_for(m, step_one, &b);
-      for (int i = 0; i < m && !moved; i++)
-        if (step[i] < HUGE_VAL) dec[ch[k + i].t] = ch[k + i].to, *best = step[i], moved = any = true;
-    }
+  for (bool moved = ch != NULL; moved && !ilp_out_of_time(deadline);) {
+    /* The first single change in scan order that is faster is taken. */
+    Batch batch = {.g = g, .d = d, .dec = dec, .ch = ch, .budget = budget, .below = *best * (1 - 1e-12)};
+    int at, k = first_taken(&batch, single_changes(g, d, dec, ch), step_one, deadline, &at);
+    moved = k >= 0;
+    if (moved) dec[ch[k].t] = ch[k].to, *best = batch.step[at], any = true;
     for (int i = 0; g->nstashed <= ILP_PAIRS_MAX && i < g->nstashed && !moved && !ilp_out_of_time(deadline); i++)
       for (int j = i + 1; j < g->nstashed && !moved; j++) {
         int t = g->stashed[i], u = g->stashed[j];
@@ -356,7 +351,5 @@ bool ilp_polish(const Graph *g, const Device *d, int64_t budget, Decision *dec, 
       }
   }
   free(ch);
-  free(which);
-  free(step);
   return any;
 }
