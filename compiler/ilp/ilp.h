@@ -168,8 +168,8 @@ typedef struct Ilp {
   int *due_first[2], *due_list[2]; /* per op: offloadable tensors due there, per stream */
   Window *win;
   int nwin, cap_win;
-  int *win_first, *win_by_b; /* windows grouped by their end op */
-  Window *win_b;             /* win in win_by_b's order, for ilp_eval_stalls' passes over it */
+  int *win_first;            /* windows grouped by their end op: win_b[win_first[b] ... win_first[b + 1]) end at b */
+  Window *win_b;             /* win in that order, for ilp_eval_stalls' passes over it */
   int *win_b_prev;           /* ... and the index there of each one's previous window in its group (-1: none) */
   int nfifo[2], *fifo[2];    /* offloadable tensors in each stream's queue order */
   Fifo *frow;                /* queue rows (ilp_build_stalls) */

@@ -618,7 +618,7 @@ void ilp_free(Ilp *md) {
   free(md->fac_k), free(md->fac_c), free(md->fac_first), free(md->fac_col), free(md->obj_cols);
   free(md->pos_const), free(md->pev_bytes), free(md->pos_ev_first), free(md->pev_col);
   free(md->col_q), free(md->t_end), free(md->wait_at), free(md->issue_at), free(md->copy_us[0]), free(md->copy_us[1]);
-  free(md->win), free(md->win_first), free(md->win_by_b), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
+  free(md->win), free(md->win_first), free(md->fifo[0]), free(md->fifo[1]), free(md->frow);
   free(md->win_b), free(md->win_b_prev), free(md->frow_first), free(md->frow_by_b);
   free(md->due_first[0]), free(md->due_first[1]), free(md->due_list[0]), free(md->due_list[1]);
   sig_free(&md->sig), sig_free(&md->run.sig), free(md->ors), free(md->up.col), free(md->up.c);

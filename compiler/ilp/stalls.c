@@ -85,20 +85,21 @@ static void add_window(Ilp *md, int stream, int a, int b0, int b, int c, double 
   md->win[md->nwin++] = (Window){stream, a, b0, b, c, cap};
 }
 
-/* The windows in the order ilp_eval_stalls walks them (win_by_b's), each
- * with the index there of the window before it in its group: every pass
- * over them then reads one array in order, where through win_by_b each
- * window was a cache miss (ilp_eval_stalls, mostly its windows, was a
- * third of llama3-8b's CPU at its smallest budget, perf). */
-static bool windows_by_end(Ilp *md) {
+/* The windows in the order ilp_eval_stalls walks them (BY_B: grouped by
+ * their end op, as group_by_op gives them), each with the index there of
+ * the window before it in its group: every pass over them then reads one
+ * array in order, where through BY_B each window was a cache miss
+ * (ilp_eval_stalls, mostly its windows, was a third of llama3-8b's CPU at
+ * its smallest budget, perf). */
+static bool windows_by_end(Ilp *md, const int *by_b) {
   int nw = md->nwin;
   int *at = util_xcalloc((size_t)nw + 1, sizeof(int)); /* per window: its index in the order by end */
   md->win_b = util_xcalloc((size_t)nw + 1, sizeof(Window));
   md->win_b_prev = util_xcalloc((size_t)nw + 1, sizeof(int));
   bool ok = at && md->win_b && md->win_b_prev;
-  for (int k = 0; ok && k < nw; k++) at[md->win_by_b[k]] = k;
+  for (int k = 0; ok && k < nw; k++) at[by_b[k]] = k;
   for (int k = 0; ok && k < nw; k++) {
-    int i = md->win_by_b[k];
+    int i = by_b[k];
     const Window *w = &md->win[i];
     md->win_b[k] = *w;
     md->win_b_prev[k] = i > 0 && w[-1].a == w->a && w[-1].stream == w->stream ? at[i - 1] : -1;
@@ -226,8 +227,11 @@ void ilp_build_stalls(Ilp *md) {
     }
   }
   free(start), free(due), free(latest);
-  if (!group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &md->win_by_b) ||
-      !windows_by_end(md)) {
+  int *win_by_b = NULL;
+  bool grouped = group_by_op(md->win, md->nwin, sizeof *md->win, offsetof(Window, b), n, &md->win_first, &win_by_b) &&
+                 windows_by_end(md, win_by_b);
+  free(win_by_b);
+  if (!grouped) {
     md->failed = true;
     goto out;
   }
