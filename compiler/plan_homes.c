@@ -87,6 +87,21 @@ static int host_optimizer_all(const Graph *g, Decision *dec) {
   return n;
 }
 
+/* The ilp's last answer in try_homes, shared by every search of one
+ * decide_placed. Where every stashed tensor offloaded fits in the host
+ * memory that every candidate homed leaves, no answer can reach the
+ * ilp's host-memory row, so its solve at an activation budget is the same
+ * whatever is homed, and a prefix after another at that budget takes the
+ * answer (the solve at the ilp's smallest budget, which every prefix
+ * falls back on: unet on h100-sxm-80g at its smallest budget, 10 s). */
+typedef struct SolveMemo {
+  bool usable;
+  int64_t act_budget; /* -1: none */
+  int rc;
+  Decision *dec;
+  SolverInfo si;
+} SolveMemo;
+
 typedef struct Search {
   const Graph *g;
   const Device *d;
@@ -105,6 +120,7 @@ typedef struct Search {
   double last_step; /* the last plan consider built: its simulated step (judge_homes: the faster of its two) */
   int last_k;       /* the last try's prefix and activation budget, and its arena: */
   int64_t last_budget, last_arena; /* a solve is not repeated */
+  SolveMemo *memo;
 } Search;
 
 /* A plan from DEC that fits the budget and is faster than the best so far
@@ -168,9 +184,18 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
   po.no_proof = true; /* the bound reported is plan_homes_bound_us */
   SolverInfo si = {.name = "none", .status = "not_used"};
   Err e = {{0}};
-  for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
-  int rc = plan_decide_ilp(g, &dd, &po, s->act, &si, &e);
-  plan_add_work(&s->work, &si);
+  SolveMemo *m = s->memo;
+  size_t size = (size_t)g->ntensors * sizeof *s->act;
+  int rc;
+  if (m->usable && m->act_budget == act_budget) {
+    rc = m->rc, si = m->si;
+    memcpy(s->act, m->dec, size);
+  } else {
+    for (int t = 0; t < g->ntensors; t++) s->act[t] = DEC_NONE;
+    rc = plan_decide_ilp(g, &dd, &po, s->act, &si, &e);
+    plan_add_work(&s->work, &si);
+    if (m->usable) m->act_budget = act_budget, m->rc = rc, m->si = si, memcpy(m->dec, s->act, size);
+  }
   if (rc) return -1;
   return s->last_arena = judge_homes(s, k, &si);
 }
@@ -541,15 +566,17 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
   if (rc == 0 && (!(d->host_memory_gbps > 0) || plan_past_deadline(o))) return rc;
   bool device_met = rc == 0;
   int n = g->ntensors;
-  Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1, .work = *si};
+  SolveMemo memo = {.act_budget = -1};
+  Search s = {.g = g, .d = d, .o = o, .best_step = -1, .last_k = -1, .work = *si, .memo = &memo};
   int *cand = util_xcalloc((size_t)n + 1, sizeof *cand);
   Decision *how = util_xcalloc((size_t)n + 1, sizeof *how);
   s.act = util_xcalloc((size_t)n + 1, sizeof *s.act);
   s.alt = util_xcalloc((size_t)n + 1, sizeof *s.alt);
   s.best = util_xcalloc((size_t)n + 1, sizeof *s.best);
+  memo.dec = util_xcalloc((size_t)n + 1, sizeof *memo.dec);
   int64_t *bytes = util_xcalloc((size_t)n + 2, sizeof *bytes); /* bytes[k]: the first k candidates' host bytes */
   rc = -1;
-  if (!cand || !how || !s.act || !s.alt || !s.best || !bytes) {
+  if (!cand || !how || !s.act || !s.alt || !s.best || !memo.dec || !bytes) {
     err_set(e, "%s: out of memory", g->path);
     goto out;
   }
@@ -559,6 +586,10 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
     bytes[i + 1] = bytes[i] + plan_host_share(g, cand[i]);
     nopt += g->tensors[cand[i]].kind == KIND_OPTSTATE;
   }
+  int64_t offloads = 0;
+  for (int i = 0; i < g->nstashed; i++) offloads += plan_host_share(g, g->stashed[i]);
+  Device fewest = *d; /* the host memory left with every candidate homed */
+  memo.usable = d->host_memory <= 0 || ((fewest.host_memory -= bytes[ncand]) > 0 && offloads <= plan_host_limit(&fewest));
   if (device_met) {
     /* The twins, then on small graphs single changes (one optimizer op on
      * the host can be faster where all of them are not); where nothing
@@ -655,6 +686,7 @@ out:
   free(s.act);
   free(s.alt);
   free(s.best);
+  free(memo.dec);
   free(bytes);
   return rc;
 }
