@@ -126,12 +126,13 @@ typedef struct Search {
 } Search;
 
 /* A plan from DEC that fits the budget and is faster than the best so far
- * becomes the best; its arena, or -1 when there is no plan. */
+ * becomes the best; its arena, or -1 when there is no plan within the
+ * host memory (no device budget makes that one fit). */
 static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si, bool on_host) {
   Err e = {{0}};
   Plan *p = plan_from_decisions(s->g, s->d, dec, &e);
   if (!p) return -1;
-  int64_t arena = p->arena_bytes;
+  int64_t arena = s->d->host_memory > 0 && p->host_bytes > s->d->host_memory ? -1 : p->arena_bytes;
   s->last_step = p->predicted.step_seconds;
   if (plan_fits(p, s->d, s->o->budget_bytes) && (s->best_step < 0 || p->predicted.step_seconds < s->best_step)) {
     s->best_step = p->predicted.step_seconds;
@@ -499,6 +500,19 @@ static void prefixes(Search *s, int ncand, int nopt, const int64_t *bytes, int64
     if (i == 0 || ks[i] > ks[i - 1]) search_prefix(s, ks[i], bytes[ks[i]], floor);
 }
 
+/* The most of the NHOST candidates (BYTES[k]: the first k's host bytes)
+ * that can be host-homed over DEC, the ilp's memory-minimizing plan, with
+ * its offloads, within LIMIT host bytes: its plan's host arena is at most
+ * that bound (plan_host_bound), so the plan exists. */
+static int fitting_prefix(const Graph *g, const Decision *dec, const int64_t *bytes, int nhost, int64_t limit) {
+  int64_t offloads = 0;
+  for (int i = 0; i < g->nstashed; i++)
+    if (dec[g->stashed[i]] == DEC_OFFLOAD) offloads += plan_host_share(g, g->stashed[i]);
+  int k = nhost;
+  while (k > 0 && offloads + bytes[k] > limit) k--;
+  return k;
+}
+
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
   int64_t resident, working, homeable = 0;
   int at;
@@ -608,6 +622,10 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
     bytes[i + 1] = bytes[i] + plan_host_share(g, cand[i]);
     nopt += g->tensors[cand[i]].kind == KIND_OPTSTATE;
   }
+  /* The candidates whose homes the host memory holds at all: the rest
+   * of a prefix's host bytes would leave no plan. */
+  int nhost = ncand;
+  while (nhost > 0 && bytes[nhost] > plan_host_limit(d)) nhost--;
   int64_t offloads = 0;
   for (int i = 0; i < g->nstashed; i++) offloads += plan_host_share(g, g->stashed[i]);
   Device fewest = *d; /* the host memory left with every candidate homed */
@@ -633,7 +651,7 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
       below.best = best, below.best_step = -1, below.last_k = -1;
       below.work = (SolverInfo){0};
       one_home(&below, dec, device_arena, device_step, si, bytes);
-      prefixes(&below, ncand, nopt, bytes, o->budget_bytes, true);
+      prefixes(&below, nhost, nopt < nhost ? nopt : nhost, bytes, o->budget_bytes, true);
       if (below.best_step >= 0) model_search(&below, NULL);
       plan_add_work(&s.work, &below.work);
       if (below.best_step >= 0 && below.best_step < s.best_step) {
@@ -665,9 +683,12 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
      * (try_homes: the same solve without a hint, on less host memory). */
     if (si->min_budget_known && !o->hint) s.least = dec, s.least_arena = least;
     /* Below the bound that holds with every home open no prefix fits. */
-    if (o->budget_bytes >= plan_homes_least_peak(g, d, o)) prefixes(&s, ncand, nopt, bytes, least, false);
-    /* The ilp's memory-minimizing plan under every candidate home, built
-     * with no solve: from its arena up a budget plans (it fits there, where
+    if (o->budget_bytes >= plan_homes_least_peak(g, d, o)) prefixes(&s, nhost, nopt < nhost ? nopt : nhost, bytes, least, false);
+    /* The ilp's memory-minimizing plan under every candidate home that
+     * the host memory holds beside its offloads (fitting_prefix: where it
+     * holds fewer, a smallest budget named from every home was refused
+     * again there: llama80 on h100-sxm-80g), built with no solve: from its
+     * arena up a budget plans (it fits there, where
      * the prefixes found nothing), and below the bound a budget is refused
      * in the time of the ilp's own refusal. The all-home solve at the
      * ilp's smallest budget (try_homes) names at most 0.5% less on the
@@ -675,15 +696,16 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
      * against 38,028,036; llama-tiny 0.09%; equal on the others), and at
      * 1 byte took 290 CPU s. */
     int64_t reach = -1;
+    int kfit = s.least ? fitting_prefix(g, s.least, bytes, nhost, plan_host_limit(d)) : nhost;
     if (s.best_step < 0 && s.least) {
       memcpy(s.act, s.least, (size_t)n * sizeof *s.act);
-      reach = judge_homes(&s, ncand, si);
+      reach = judge_homes(&s, kfit, si);
     }
     if (s.best_step < 0) {
       /* Where the prefixes ran that solve (try_homes keeps its answer),
        * the smaller of the two; with no memory-minimizing plan, the solve. */
-      if (reach < 0 || (s.last_k == ncand && s.last_budget == least)) {
-        int64_t solved = try_homes(&s, ncand, bytes[ncand], least);
+      if (reach < 0 || (s.last_k == nhost && s.last_budget == least)) {
+        int64_t solved = try_homes(&s, nhost, bytes[nhost], least);
         if (solved > 0 && (reach < 0 || solved < reach)) reach = solved;
       }
       if (reach > 0) refuse(g, d, o, reach, e);

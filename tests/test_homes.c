@@ -286,6 +286,32 @@ out:
   device_free(d);
 }
 
+/* A host that cannot hold every home (llama80 on h100-sxm-80g: 1.03 TiB
+ * resident, 512 GiB of host memory): the smallest budget a refusal names
+ * is one a plan meets within the host memory, and planning there
+ * succeeds. */
+static void check_short_host(const Graph *g, const Device *d) {
+  int64_t homeable = 0;
+  for (int t = 0; t < g->ntensors; t++)
+    if (plan_home_allowed(g, t, DEC_HOST)) homeable += plan_host_share(g, t);
+  Device h = *d;
+  h.host_memory = homeable / 2 / PLAN_ALIGNMENT * PLAN_ALIGNMENT;
+  PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = true, .budget_bytes = 1};
+  Err e = {{0}};
+  Plan *p = plan_make(g, &h, &o, &e);
+  int64_t reach = named_smallest(e.msg);
+  T_CASE("a host short of every home: budget 1 names a smallest budget") T_CHECKF(!p && reach > 0, "%s", e.msg);
+  plan_free(p);
+  o.budget_bytes = reach;
+  e.msg[0] = 0;
+  p = reach > 0 ? plan_make(g, &h, &o, &e) : NULL;
+  T_CASE("a host short of every home: a plan at that smallest budget, within the host memory")
+    T_CHECKF(p && p->arena_bytes <= reach && p->host_bytes <= h.host_memory && count_homes(p, g) > 0 &&
+                 sim_check(p, g, &e) == 0,
+             "host %" PRId64 " of %" PRId64 ": %s", p ? p->host_bytes : -1, h.host_memory, e.msg);
+  plan_free(p);
+}
+
 int main(void) {
   Err e = {{0}};
   Graph *g = small_gpt2();
@@ -344,6 +370,7 @@ int main(void) {
   check_across_least();
   check_predicted_gain();
   check_deferred_proof();
+  check_short_host(g, d);
   o.budget_bytes = 1;
   e.msg[0] = 0;
   p = plan_make(g, d, &o, &e);
