@@ -500,17 +500,11 @@ static void prefixes(Search *s, int ncand, int nopt, const int64_t *bytes, int64
     if (i == 0 || ks[i] > ks[i - 1]) search_prefix(s, ks[i], bytes[ks[i]], floor);
 }
 
-/* The most of the NHOST candidates (BYTES[k]: the first k's host bytes)
- * that can be host-homed over DEC, the ilp's memory-minimizing plan, with
- * its offloads, within LIMIT host bytes: its plan's host arena is at most
- * that bound (plan_host_bound), so the plan exists. */
-static int fitting_prefix(const Graph *g, const Decision *dec, const int64_t *bytes, int nhost, int64_t limit) {
-  int64_t offloads = 0;
-  for (int i = 0; i < g->nstashed; i++)
-    if (dec[g->stashed[i]] == DEC_OFFLOAD) offloads += plan_host_share(g, g->stashed[i]);
-  int k = nhost;
-  while (k > 0 && offloads + bytes[k] > limit) k--;
-  return k;
+/* The most of the first N candidates (BYTES[k]: the first k's host bytes)
+ * whose homes fit in ROOM host bytes. */
+static int prefix_within(const int64_t *bytes, int n, int64_t room) {
+  while (n > 0 && bytes[n] > room) n--;
+  return n;
 }
 
 int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions *o) {
@@ -624,8 +618,7 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
   }
   /* The candidates whose homes the host memory holds at all: the rest
    * of a prefix's host bytes would leave no plan. */
-  int nhost = ncand;
-  while (nhost > 0 && bytes[nhost] > plan_host_limit(d)) nhost--;
+  int nhost = prefix_within(bytes, ncand, plan_host_limit(d)), nopt_host = nopt < nhost ? nopt : nhost;
   int64_t offloads = 0;
   for (int i = 0; i < g->nstashed; i++) offloads += plan_host_share(g, g->stashed[i]);
   Device fewest = *d; /* the host memory left with every candidate homed */
@@ -651,7 +644,7 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
       below.best = best, below.best_step = -1, below.last_k = -1;
       below.work = (SolverInfo){0};
       one_home(&below, dec, device_arena, device_step, si, bytes);
-      prefixes(&below, nhost, nopt < nhost ? nopt : nhost, bytes, o->budget_bytes, true);
+      prefixes(&below, nhost, nopt_host, bytes, o->budget_bytes, true);
       if (below.best_step >= 0) model_search(&below, NULL);
       plan_add_work(&s.work, &below.work);
       if (below.best_step >= 0 && below.best_step < s.best_step) {
@@ -696,9 +689,9 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
      * (try_homes: the same solve without a hint, on less host memory). */
     if (si->min_budget_known && !o->hint) s.least = dec, s.least_arena = least;
     /* Below the bound that holds with every home open no prefix fits. */
-    if (o->budget_bytes >= plan_homes_least_peak(g, d, o)) prefixes(&s, nhost, nopt < nhost ? nopt : nhost, bytes, least, false);
+    if (o->budget_bytes >= plan_homes_least_peak(g, d, o)) prefixes(&s, nhost, nopt_host, bytes, least, false);
     /* The ilp's memory-minimizing plan under every candidate home that
-     * the host memory holds beside its offloads (fitting_prefix: where it
+     * the host memory holds beside its offloads (kfit: where it
      * holds fewer, a smallest budget named from every home was refused
      * again there: llama80 on h100-sxm-80g), built with no solve: from its
      * arena up a budget plans (it fits there, where
@@ -709,7 +702,9 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
      * against 38,028,036; llama-tiny 0.09%; equal on the others), and at
      * 1 byte took 290 CPU s. */
     int64_t reach = -1;
-    int kfit = s.least ? fitting_prefix(g, s.least, bytes, nhost, plan_host_limit(d)) : nhost;
+    /* Its host arena is at most plan_host_bound, its offloads' and the
+     * homes' bytes, so the plan exists within the host memory. */
+    int kfit = s.least ? prefix_within(bytes, nhost, plan_host_limit(d) - plan_host_bound(g, s.least)) : nhost;
     if (s.best_step < 0 && s.least) {
       memcpy(s.act, s.least, (size_t)n * sizeof *s.act);
       reach = judge_homes(&s, kfit, si);
