@@ -8,10 +8,10 @@
  * compute, the same plan with the optimizer on the host (its twin) is
  * judged too, and only where that is faster is the ilp solved again in
  * the bytes the twin frees; where the twin wins, the path below the ilp's
- * smallest budget runs at the budget too, and where the ilp's plan is
- * starved (re-runs and stalls over 15% of its ops' time) it starts from
- * that plan too. Each candidate plan is built and judged by the simulator
- * and the layout, so the plan returned is exact. Each set of
+ * smallest budget runs at the budget too, and where the ilp's plan
+ * re-runs or stalls anything, the path below's first start (one home) is
+ * made from that plan too. Each candidate plan is built and judged by the
+ * simulator and the layout, so the plan returned is exact. Each set of
  * homes is tried with the optimizer on the device and, where the device
  * gives host compute, with every optimizer op whose optimizer state is
  * host-homed on the host: the simulator's faster step wins. Then the
@@ -431,18 +431,6 @@ static double host_twin(Search *s, const Decision *dec, const SolverInfo *si, in
   return device_step;
 }
 
-/* Where the ilp's all-device plan spends more than this share of its ops'
- * device time on re-runs and stalls, it is starved of device memory, as
- * just above the ilp's smallest budget, where it re-runs or offloads
- * nearly every stashed tensor while one byte below it the path below
- * frees device bytes by host homes and keeps more (llama3-8b on
- * h100-sxm-80g: 1.627 s there, 0.631 s one byte below; docs/PLANNING.md
- * 1.2). The starved search runs there, so that the larger budget does not
- * get the slower plan. Under the share it is not worth its solve (a device
- * plan within it is within it of its ops' device time; gpt2-124m's
- * midpoint is 6.7% over). */
-#define HOMES_STARVED 0.15
-
 /* The device time of every op once: no plan with every op on the device
  * steps faster (plan_homes_bound_us). */
 static double ops_seconds(const Graph *g, const Device *d) {
@@ -451,10 +439,11 @@ static double ops_seconds(const Graph *g, const Device *d) {
   return ops;
 }
 
-/* The start that the path below the ilp's smallest budget and the starved
- * search share: one candidate host-homed over the ilp's decisions DEC (its
- * run SI; its plan's arena DEVICE_ARENA and step DEVICE_STEP, as host_twin
- * judged them; arena -1: none), judged as it is (judge_homes: no solve),
+/* The start that the path below the ilp's smallest budget and the search
+ * from an ilp plan that re-runs or stalls share: one candidate host-homed
+ * over the ilp's decisions DEC (its run SI; its plan's arena DEVICE_ARENA
+ * and step DEVICE_STEP, as host_twin judged them; arena -1: none), judged
+ * as it is (judge_homes: no solve),
  * then the ilp solved again given the device bytes the home frees at the
  * peak (descend), where it frees some (a solve given bytes the plan does
  * not have overshoots and is lowered back to the budget: gpt2-tiny at
@@ -482,11 +471,6 @@ static void one_home(Search *s, const Decision *dec, int64_t device_arena, doubl
   double gain = device_step - ops_seconds(s->g, s->d), cost = s->last_step - device_step;
   if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain && si->first_overshoot <= device_arena - arena)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget, &(int64_t){0});
-}
-
-/* Whether a plan simulated at STEP seconds is starved (HOMES_STARVED). */
-static bool starved(const Graph *g, const Device *d, double step) {
-  return step > (1 + HOMES_STARVED) * ops_seconds(g, d);
 }
 
 /* The fewest candidates whose bytes cover what the ilp alone lacks (FLOOR,
@@ -660,14 +644,20 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
       }
       free(best);
     }
-    /* Also the ilp's search over homes, where homes that free bytes for
-     * fewer re-runs and offloads can beat the device plan: on every graph
-     * where that plan is starved, from it, and on small graphs always. */
-    if (ncand > 0 && starved(g, d, device_step)) {
-      if (!twin_won) one_home(&s, dec, device_arena, device_step, si, bytes); /* else the path below's start */
-      model_search(&s, NULL);
-    }
-    if (refine_units(g, d, NULL) >= 0) model_search(&s, dec);
+    /* Where the ilp's plan re-runs or stalls anything (its step over its
+     * ops' device time), homes that free device bytes can take that off:
+     * one home's start (its solve only where predicted to gain), then the
+     * ilp's search over homes from the best plan so far. The search runs
+     * on every graph with a home candidate, and on small graphs from the
+     * ilp's plan as well. Until 2026-11-29 both ran only where re-runs and
+     * stalls were over 15% of the ops' time, and the plan rose with the
+     * budget where that share fell under it (gpt2:2:256:512:4 of
+     * bench/bench_least.sh on rtx4090-24g: 642.6 us at m, 690.9 at m + 1%,
+     * 11.9% over; now 609.0; docs/PLANNING.md 1.2). */
+    bool small = refine_units(g, d, NULL) >= 0, slowed = ncand > 0 && device_step > ops_seconds(g, d);
+    if (slowed && !twin_won) one_home(&s, dec, device_arena, device_step, si, bytes); /* else the path below's start */
+    if (slowed || (ncand > 0 && !small)) model_search(&s, NULL);
+    if (small) model_search(&s, dec);
     refine(&s);
     if (!twin_won && s.best_step == twin_step) {
       /* The ilp's plan stands with its objective, bound and gap; where

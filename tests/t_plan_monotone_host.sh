@@ -55,4 +55,27 @@ for g in $graphs; do
     else fail "$n: report sweep, a plan at every budget, step time never rises" "$why"; fi
   else fail "$n: report" "$(cat "$tmp/err")"; fi
 done
+# Across the ilp's smallest all-device budget m (bench/bench_least.sh):
+# a gpt2 and a llama (LAYERS:DIM:SEQ:BATCH, bf16, vocab 512, 4 heads) on a
+# device, `ration plan` alone at m - 1, m and m + 1%, m as
+# bench/min_budget.c names it (2026-11-29): the step rose from m to m + 1%
+# while the search over homes ran only where the ilp's plan was starved
+# (docs/PLANNING.md 1.2); the three budgets stay a check wherever m moves.
+for seam in gpt2:2:256:512:4:rtx4090-24g:76926720 llama:3:192:512:4:l4-24g:72446724; do
+  IFS=: read -r family layers dim seq batch sdev m <<EOS
+$seam
+EOS
+  n=$family-$layers-$sdev
+  extra=""; [ "$family" = llama ] && extra="--kv-heads 4 --ffn $((dim * 3))"
+  $RATION model "$family" --layers "$layers" --dim "$dim" --heads 4 $extra --vocab 512 --seq "$seq" --batch "$batch" \
+    --dtype bf16 -o "$tmp/$n.json" >/dev/null || { fail "$n: model"; continue; }
+  : >"$tmp/s-$n.txt"
+  for b in $((m - 1)) "$m" $((m + m / 100)); do
+    if $RATION plan "$tmp/$n.json" --device "$sdev" --budget "$b" -o "$tmp/p" >/dev/null 2>&1; then
+      echo "$b 1 $(field "$tmp/p.plan.json" predicted step_seconds)" >>"$tmp/s-$n.txt"
+    else echo "$b 0 0" >>"$tmp/s-$n.txt"; fi
+  done
+  if why=$(monotone "$tmp/s-$n.txt"); then ok "$n: plan at m - 1, m, m + 1% alone, step time never rises"
+  else fail "$n: plan at m - 1, m, m + 1% alone, step time never rises" "$why"; fi
+done
 t_done

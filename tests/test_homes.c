@@ -131,7 +131,7 @@ static void check_fast_host(const Graph *g, const Device *d, int64_t least, int6
  * frees device bytes by host homes and keeps more: the plan at m must be
  * no slower than the plan at m - 1 (a small llama on rtx4090-24g: 742.3 us
  * at m against 718.3 us one byte below before the rule also ran its path
- * at a starved budget; docs/PLANNING.md 1.2). */
+ * where the ilp's plan re-runs or stalls; docs/PLANNING.md 1.2). */
 static void check_across_least(void) {
   ModelConfig c;
   Err e = {{0}};
@@ -168,8 +168,11 @@ static void check_across_least(void) {
  * (plan_homes.c: where a plan with homes wins, the bound it would raise is
  * not reported). Where the ilp's plan stands, the plan returned and its
  * solver fields are those of the ilp with the tree: tests/data/chain.json
- * on gpu-small.json with a crawling host at the ilp's smallest budget,
- * where the tree raises the bound from 518.26 to 518.99 us. */
+ * on gpu-small.json with a crawling host 128 KiB above the ilp's smallest
+ * budget, where the tree raises the bound to 518.99 us (at that budget
+ * the search over homes finds a plan with one home, 528.58 us against the
+ * ilp's 530.05, since it runs wherever the ilp's plan re-runs or
+ * stalls). */
 static void check_deferred_proof(void) {
   Err e = {{0}};
   Graph *g = graph_load("tests/data/chain.json", &e);
@@ -182,7 +185,7 @@ static void check_deferred_proof(void) {
   Decision *deferred = calloc((size_t)n + 1, sizeof *deferred), *proven = calloc((size_t)n + 1, sizeof *proven);
   T_CASE("deferred proof: fixtures") T_CHECKF(least > 0 && deferred && proven, "%s", e.msg);
   if (least <= 0 || !deferred || !proven) goto out;
-  o.budget_bytes = least;
+  o.budget_bytes = least + 128 * 1024;
   SolverInfo dsi = {.name = "none"}, psi = {.name = "none"};
   PlanOptions defer = o;
   defer.defer_proof = true;
@@ -206,15 +209,15 @@ out:
   device_free(d);
 }
 
-/* Where the ilp's plan at its smallest budget m is starved but homing the
- * first candidate (the largest optimizer state) over its decisions costs
- * that plan more than its re-runs and stalls, the rule does not pay for
- * the solve given the bytes the home frees (plan_homes.c, one_home): the
- * plan's counted work is the ilp's own, and the plan that solve gives is
- * no faster than the plan returned. A gpt2 (2 layers, dim 128, seq 2048,
- * batch 2, vocab 8192, bf16) on rtx4090-24g with its links at 12 GB/s:
- * 190 us of re-runs against the home's 222 us; the solve's plan 1557.0 us
- * (1,035 simplex iterations), the plan returned 1164.0 us. */
+/* Where the ilp's plan at its smallest budget m re-runs or stalls but
+ * homing the first candidate (the largest optimizer state) over its
+ * decisions costs that plan more than its re-runs and stalls, the rule
+ * does not pay for the solve given the bytes the home frees (plan_homes.c,
+ * one_home): the plan's counted work is the ilp's own, and the plan that
+ * solve gives is no faster than the plan returned. A gpt2 (2 layers, dim
+ * 128, seq 2048, batch 2, vocab 8192, bf16) on rtx4090-24g with its links
+ * at 12 GB/s: 190 us of re-runs against the home's 222 us; the solve's
+ * plan 1557.0 us (1,035 simplex iterations), the plan returned 1164.0 us. */
 static void check_predicted_gain(void) {
   ModelConfig c;
   Err e = {{0}};
@@ -248,8 +251,8 @@ static void check_predicted_gain(void) {
   Plan *home = device && cand >= 0 ? plan_from_decisions(g, d, homed, &e) : NULL;
   double ops = 0;
   for (int i = 0; i < g->nops; i++) ops += cost_op_seconds(g, d, i);
-  T_CASE("predicted gain: the ilp's plan starved, the home frees bytes at its peak and costs more than its re-runs and stalls")
-    T_CHECKF(device && home && device->predicted.step_seconds > 1.15 * ops && home->arena_bytes < device->arena_bytes &&
+  T_CASE("predicted gain: the ilp's plan re-runs or stalls, the home frees bytes at its peak and costs more than that")
+    T_CHECKF(device && home && device->predicted.step_seconds > ops && home->arena_bytes < device->arena_bytes &&
                  home->predicted.step_seconds - device->predicted.step_seconds >= device->predicted.step_seconds - ops,
              "device %.9g s, with the home %.9g s, ops %.9g s %s", device ? device->predicted.step_seconds : -1,
              home ? home->predicted.step_seconds : -1, ops, e.msg);
