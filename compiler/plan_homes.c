@@ -367,11 +367,11 @@ typedef enum { DESCENT_FOUND, DESCENT_MET, DESCENT_OVER } Descent;
 
 /* The first K candidates host-homed: the ilp is given ACT_BUDGET for the
  * activations, less what the plan then overshoots the budget by, up to
- * three times while above LOWEST. The descent ends where the ilp's answer
- * already meets the lowered activation budget (its own arena, every
- * resident on the device, into *MET): the best plan at a budget is the
- * best at any lower one it meets, so a solve there aims at the same
- * answer, whose homed peak lies where the activations' does not
+ * three times while above LOWEST; the last answer's own arena, every
+ * resident on the device, into *MET. The descent ends where the ilp's
+ * answer already meets the lowered activation budget: the best plan at a
+ * budget is the best at any lower one it meets, so a solve there aims at
+ * the same answer, whose homed peak lies where the activations' does not
  * (llama3.2-1b and unet on h100-sxm-80g at their smallest budgets: three
  * solves of 10 s each to the same arena, 4,096 and 45,056 bytes over). */
 static Descent descend(Search *s, int k, int64_t home_bytes, int64_t act_budget, int64_t lowest, int64_t *met) {
@@ -382,7 +382,8 @@ static Descent descend(Search *s, int k, int64_t home_bytes, int64_t act_budget,
     if (arena < 0) return DESCENT_OVER;
     if ((s->best_step >= 0 && s->best_step != before) || arena <= budget) return DESCENT_FOUND;
     act_budget -= arena - budget;
-    if ((*met = s->last_act_arena) <= act_budget) return DESCENT_MET;
+    *met = s->last_act_arena;
+    if (*met <= act_budget) return DESCENT_MET;
   }
   return DESCENT_OVER;
 }
@@ -390,13 +391,17 @@ static Descent descend(Search *s, int k, int64_t home_bytes, int64_t act_budget,
 /* The first K candidates host-homed: the ilp is given the budget plus the
  * bytes they free (descend), and at last its smallest budget (least),
  * where its decisions are those of the plan the search names as the
- * smallest. After a descent that ended on an answer meeting a lower
- * budget, that solve runs only while no plan fits, and not where the
- * answer meets least too (the same answer). */
+ * smallest. That solve does not run where the descent's last answer
+ * meets least already (the same answer, however the descent ended:
+ * llama80-32k of bench/bench_large.sh at the budget its refusal names,
+ * whose first prefix's answer was the memory-minimizing plan itself, its
+ * arena least, and whose descent lowered the budget below least at once:
+ * a second solve of 70 CPU s to that plan), and after a descent that
+ * ended on an answer meeting a lower budget, only while no plan fits. */
 static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
   int64_t met = INT64_MAX;
   Descent end = descend(s, k, home_bytes, s->o->budget_bytes + home_bytes, least, &met);
-  if (end == DESCENT_FOUND || (end == DESCENT_MET && (met <= least || s->best_step >= 0))) return;
+  if (end == DESCENT_FOUND || met <= least || (end == DESCENT_MET && s->best_step >= 0)) return;
   if (s->best_step < 0 || !plan_past_deadline(s->o)) try_homes(s, k, home_bytes, least);
 }
 
