@@ -31,9 +31,17 @@
 #include <time.h>
 
 /* ---------------------------------------------- the oracle (a789536) */
-/* One greedy pass in k->order. Gives up (returning at least stop) once the
- * arena reaches stop: it could not be an improvement. */
-static int64_t old_greedy(Packer *k, int rule, int64_t stop) {
+/* Its placed entries, steps beside byte ranges (layout.c keeps the steps
+ * in arrays of their own now). */
+struct OldPlaced {
+  int first, last;
+  int64_t lo, hi;
+};
+
+/* One greedy pass in k->order, its placed entries in old_placed. Gives up
+ * (returning at least stop) once the arena reaches stop: it could not be
+ * an improvement. */
+static int64_t old_greedy(Packer *k, struct OldPlaced *old_placed, int rule, int64_t stop) {
   int nplaced = 0, nwhole = 0, nall = 0;
   int64_t top = 0, align = k->align;
   for (int i = 0; i < k->n; i++) {
@@ -51,7 +59,7 @@ static int64_t old_greedy(Packer *k, int rule, int64_t stop) {
         if (a == nall) break;
         lo = k->all[a].lo, hi = k->all[a].hi, a++;
       } else {
-        const struct Placed *pl = k->placed;
+        const struct OldPlaced *pl = old_placed;
         while (a < nplaced && (pl[a].first > t->last || t->first > pl[a].last)) a++;
         if (a == nplaced && w == nwhole) break;
         if (a < nplaced && (w == nwhole || pl[a].lo < k->whole[w].lo)) {
@@ -80,8 +88,8 @@ static int64_t old_greedy(Packer *k, int rule, int64_t stop) {
       span_add(k->whole, &nwhole, at, hi);
     } else {
       int j = nplaced++;
-      for (; j > 0 && k->placed[j - 1].lo > at; j--) k->placed[j] = k->placed[j - 1];
-      k->placed[j] = (struct Placed){t->first, t->last, at, hi};
+      for (; j > 0 && old_placed[j - 1].lo > at; j--) old_placed[j] = old_placed[j - 1];
+      old_placed[j] = (struct OldPlaced){t->first, t->last, at, hi};
     }
   }
   return top;
@@ -105,14 +113,14 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   k.key = util_xcalloc((size_t)n, sizeof *k.key);
   k.order = util_xcalloc((size_t)n, sizeof *k.order);
   k.off = util_xcalloc((size_t)n, sizeof *k.off);
-  k.placed = util_xcalloc((size_t)n, sizeof *k.placed);
+  struct OldPlaced *placed = util_xcalloc((size_t)n, sizeof *placed);
   k.whole = util_xcalloc((size_t)n + 1, sizeof *k.whole);
   k.all = util_xcalloc((size_t)n + 1, sizeof *k.all);
   int64_t *busiest = util_xcalloc((size_t)n, sizeof *busiest);
   int *best_order = util_xcalloc((size_t)n, sizeof *best_order), *next_order = util_xcalloc((size_t)n, sizeof *next_order);
   int *saved_order = util_xcalloc((size_t)n, sizeof *saved_order);
   int rc = -1;
-  if (!k.key || !k.order || !k.off || !k.placed || !k.whole || !k.all || !busiest || !best_order || !next_order || !saved_order ||
+  if (!k.key || !k.order || !k.off || !placed || !k.whole || !k.all || !busiest || !best_order || !next_order || !saved_order ||
       busiest_keys(&k, busiest))
     goto out;
   int64_t lb = layout_lower_bound(items, n, align);
@@ -123,7 +131,7 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
   for (int c = 0; c < 2 * ORDER_COUNT && best > lb && k.work < limit; c++) {
     int rule = c % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT;
     sort_order(&k, c / 2, busiest);
-    int64_t top = old_greedy(&k, rule, best);
+    int64_t top = old_greedy(&k, placed, rule, best);
     if (c == 0 && k.work < limit / LAYOUT_WORK_PASSES) limit = k.work * LAYOUT_WORK_PASSES;
     if (top < best) {
       best = top, best_rule = rule;
@@ -155,7 +163,7 @@ static int oracle_pack(const LayoutItem *items, int n, int64_t align, int64_t *o
       memcpy(saved_order, k.order, (size_t)n * sizeof *saved_order);
       saved_span *= 2, since_saved = 0;
     }
-    int64_t top = old_greedy(&k, best_rule, INT64_MAX);
+    int64_t top = old_greedy(&k, placed, best_rule, INT64_MAX);
     if (top < best) {
       best = top;
       memcpy(offset, k.off, (size_t)n * sizeof *offset);
@@ -167,7 +175,7 @@ out:
   free(k.key);
   free(k.order);
   free(k.off);
-  free(k.placed);
+  free(placed);
   free(k.whole);
   free(k.all);
   free(busiest);
@@ -251,14 +259,16 @@ static void random_passes(void) {
   static int64_t key[N], off[N], old_off[N], aligned[N];
   static int order[N];
   static struct Placed placed[N];
-  static struct Placed old_placed[N];
+  static int placed_first[N + PLACED_PAD], placed_last[N + PLACED_PAD];
+  static struct OldPlaced old_placed[N];
   static Span whole[N + 1], all[N + 1], old_whole[N + 1], old_all[N + 1];
   int differ = 0, passes = 0;
   for (unsigned seed = 1; seed <= 300; seed++) {
     int64_t align;
     int n = random_set(seed, it, N, &align);
     Packer k = {.it = it, .n = n, .align = align, .t0 = it[0].first, .t1 = it[0].last, .key = key, .order = order,
-                .off = off, .placed = placed, .whole = whole, .all = all, .aligned = aligned};
+                .off = off, .placed = placed, .placed_first = placed_first, .placed_last = placed_last, .whole = whole,
+                .all = all, .aligned = aligned};
     for (int i = 1; i < n; i++) {
       if (it[i].first < k.t0) k.t0 = it[i].first;
       if (it[i].last > k.t1) k.t1 = it[i].last;
@@ -268,7 +278,7 @@ static void random_passes(void) {
       k.nwhole_items += it[i].first <= k.t0 && it[i].last >= k.t1;
     }
     Packer old = {.it = it, .n = n, .align = align, .t0 = k.t0, .t1 = k.t1, .key = key, .order = order,
-                  .off = old_off, .placed = old_placed, .whole = old_whole, .all = old_all};
+                  .off = old_off, .whole = old_whole, .all = old_all};
     for (int i = 0; i < n; i++) order[i] = i;
     int64_t stop = INT64_MAX;
     for (int r = 0; r < PASSES; r++) {
@@ -278,7 +288,7 @@ static void random_passes(void) {
       }
       memset(off, 0, sizeof off), memset(old_off, 0, sizeof old_off);
       int64_t top = greedy(&k, r % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT, stop);
-      int64_t old_top = old_greedy(&old, r % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT, stop);
+      int64_t old_top = old_greedy(&old, old_placed, r % 2 ? RULE_FIRST_FIT : RULE_BEST_FIT, stop);
       passes++;
       if ((top != old_top || k.work != old.work || memcmp(off, old_off, (size_t)n * sizeof *off)) && !differ++)
         printf("  seed %u pass %d: top %lld / %lld, work %lld / %lld\n", seed, r, (long long)top, (long long)old_top,
