@@ -178,11 +178,12 @@ static void lazy_free(LazyRows *z) {
 }
 
 /* glpk_branch's copy of the node's matrix rows (row i's terms at
- * row_first[i] .. row_first[i + 1] - 1 of col / val) and basis statuses. */
+ * row_first[i] .. row_first[i + 1] - 1 of col / val), basis statuses and
+ * basis header (head[i]: the variable basic in row i, GLPK's numbering). */
 typedef struct BranchCache {
-  int *row_first, *col, *row_stat, *col_stat, *ind;
+  int *row_first, *col, *row_stat, *col_stat, *ind, *head;
   double *val, *row_val;
-  int cap_rows, cap_nz, cap_val, cap_stat_rows, cap_stat_cols, cap_ind, cap_row_val;
+  int cap_rows, cap_nz, cap_val, cap_stat_rows, cap_stat_cols, cap_ind, cap_row_val, cap_head;
 } BranchCache;
 
 /* Everything a GLPK solve allocates that lives across a call into GLPK,
@@ -234,6 +235,7 @@ static void owned_free(GlpkOwned *w) {
   free(w->heur_x), free(w->cut_x), free(w->cut_val), free(w->cut_alfa), free(w->cut_ind), free(w->cut_first), free(w->cut_rate);
   free(w->rho), free(w->alfa), free(w->tab_val), free(w->tab_unit), free(w->tab_ind);
   free(w->bc.row_first), free(w->bc.col), free(w->bc.row_stat), free(w->bc.col_stat), free(w->bc.ind), free(w->bc.val);
+  free(w->bc.head);
   free(w->bc.row_val);
   milp_model_free(&w->cuts);
 }
@@ -289,7 +291,8 @@ static bool branch_cache(glp_prob *P, BranchCache *bc) {
       !grow((void **)&bc->row_stat, m + 1, &bc->cap_stat_rows, sizeof(int)) ||
       !grow((void **)&bc->col_stat, n + 1, &bc->cap_stat_cols, sizeof(int)) ||
       !grow((void **)&bc->ind, n + 1, &bc->cap_ind, sizeof(int)) ||
-      !grow((void **)&bc->row_val, n + 1, &bc->cap_row_val, sizeof(double)))
+      !grow((void **)&bc->row_val, n + 1, &bc->cap_row_val, sizeof(double)) ||
+      !grow((void **)&bc->head, m + 1, &bc->cap_head, sizeof(int)))
     return false;
   bc->row_first[1] = 0;
   for (int i = 1; i <= m; i++) {
@@ -303,6 +306,7 @@ static bool branch_cache(glp_prob *P, BranchCache *bc) {
     }
     bc->row_first[i + 1] = at + len;
     bc->row_stat[i] = glp_get_row_stat(P, i);
+    bc->head[i] = glp_get_bhead(P, i);
   }
   for (int k = 1; k <= n; k++) bc->col_stat[k] = glp_get_col_stat(P, k);
   return true;
@@ -320,7 +324,7 @@ static int row_in_nonbasics(glp_prob *P, const BranchCache *bc, const double *a,
                             double *val) {
   int m = glp_get_num_rows(P), n = glp_get_num_cols(P);
   for (int i = 1; i <= m; i++) {
-    int k = glp_get_bhead(P, i);
+    int k = bc->head[i];
     rho[i] = k <= m ? 0 : a[k - m];
   }
   glp_btran(P, rho);
