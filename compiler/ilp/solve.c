@@ -499,6 +499,7 @@ static int64_t min_budget(const Graph *g, const Device *d, const PlanOptions *o,
 #define ILP_ROUNDS 6        /* solves with tightened rows after an arena over the budget */
 #define ILP_LIMIT_STEP 4096 /* ... no closer to a limit where nothing fit than this */
 #define ILP_EXCLUDE_MAX 24  /* ... and on small graphs, answers excluded one by one first */
+#define ILP_TWINS_MAX (ILP_ROUNDS + ILP_EXCLUDE_MAX) /* answers repaired, at most one a round */
 #define ILP_SAME_STEP_MAX 2 /* answers in a row at the last one's step, none fitting, before giving up the rounds */
 #define ILP_FINISH_PLANS (ILP_POOL + 6) /* plans built after the last solve: the pool, the answer, polish's, the caller's */
 
@@ -563,6 +564,12 @@ static void free_built(Built *b) {
   for (int i = 0; i <= ILP_POOL; i++) plan_free(b->plan[i]), b->plan[i] = NULL;
 }
 
+/* A round's answer as the simulator has it. */
+typedef struct Twin {
+  double step;
+  int64_t arena, peak;
+} Twin;
+
 static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   si->min_budget_known = false, si->proof_deferred = false;
   int64_t first_overshoot = -1;
@@ -572,6 +579,8 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
   Decision *repaired = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *excluded[ILP_EXCLUDE_MAX];
   int nexcluded = 0;
+  Twin twins[ILP_TWINS_MAX]; /* the answers repaired so far */
+  int ntwins = 0;
   SolverInfo work = {.simplex_iterations = 0}; /* every solve's, added up */
   Warm warm = {.basis = NULL};
   /* The first-change and the fastest repairs of this budget's answers. */
@@ -701,8 +710,18 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
      * the fastest changes and by the first: neither greedy ends at the
      * faster plan everywhere (the first alone took gpt2-tiny's smallest
      * budget ten rounds; the fastest alone ended a 1-layer llama of
-     * test_exhaustive at its smallest budget above its optimum). */
-    for (int fastest = 1; fastest >= 0 && !pick && c.ok && c_arena > o->budget_bytes && g->nstashed <= ILP_POLISH_MAX;
+     * test_exhaustive at its smallest budget above its optimum). Not an
+     * answer at the step, arena and peak of one repaired before: the
+     * rounds meet twins, the same plan with two tensors of one shape
+     * trading decisions, and a twin's repairs end where its first's did
+     * (gpt2-tiny at 40,660,740 bytes: rounds 2 and 5, 4.5 and 2.3 s of
+     * repairs each, to the arenas of rounds 1 and 4). */
+    bool twin = false;
+    for (int i = 0; i < ntwins; i++)
+      twin |= c.ok && twins[i].step == c_step && twins[i].arena == c_arena && twins[i].peak == c.peak;
+    if (!twin && !pick && c.ok && c_arena > o->budget_bytes && g->nstashed <= ILP_POLISH_MAX && ntwins < ILP_TWINS_MAX)
+      twins[ntwins++] = (Twin){.step = c_step, .arena = c_arena, .peak = c.peak};
+    for (int fastest = 1; fastest >= 0 && !twin && !pick && c.ok && c_arena > o->budget_bytes && g->nstashed <= ILP_POLISH_MAX;
          fastest--) {
       memcpy(repaired, c.dec, (size_t)g->ntensors * sizeof(Decision));
       double step;
