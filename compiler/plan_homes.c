@@ -459,13 +459,6 @@ static double ops_seconds(const Graph *g, const Device *d) {
  * same activations (its step less DEVICE_STEP), the solve is not paid for
  * (gpt2-124m at f = 0: 2.2 ms of re-runs and stalls against the home's
  * 4.8 ms; the solve's plan was 18.3 ms against the device plan's 14.3).
- * Nor where the ilp's first answer at the budget overshot it by its layout
- * more than the home frees: answers given those bytes overshoot as far,
- * and the solve's rounds end on the plan it had (llama80-32k of
- * bench/bench_large.sh at its all-device smallest budget: 6.3 GB over, a
- * home of 3.8 GB, 155 CPU s of rounds for the same 25.12 s step; where it
- * gained, llama3-8b, unet and llama-tiny at f = 0 of bench/bench_ilp.sh,
- * 16.8 MB over for 27.3 MB freed, 0 for 18.9 MB, 31.7 KB for 98.5 KB).
  * The search over homes goes on from the best plan either way. BYTES[1]:
  * the candidate's host bytes. */
 static void one_home(Search *s, const Decision *dec, int64_t device_arena, double device_step, const SolverInfo *si,
@@ -474,7 +467,7 @@ static void one_home(Search *s, const Decision *dec, int64_t device_arena, doubl
   memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
   int64_t arena = judge_homes(s, 1, si);
   double gain = device_step - ops_seconds(s->g, s->d), cost = s->last_step - device_step;
-  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain && si->first_overshoot <= device_arena - arena)
+  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget, &(int64_t){0});
 }
 

@@ -321,9 +321,6 @@ typedef struct SolverInfo {
   /* The ilp ran without the proof tree that would have raised its bound
    * (PlanOptions.defer_proof); not in the plan file. */
   bool proof_deferred;
-  /* The first round's answer: how far its layout's arena lies over the
-   * budget (0: within it; -1: no answer laid out); not in the plan file. */
-  int64_t first_overshoot;
 } SolverInfo;
 
 typedef struct Predicted {

@@ -572,7 +572,6 @@ typedef struct Twin {
 
 static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e) {
   si->min_budget_known = false, si->proof_deferred = false;
-  int64_t first_overshoot = -1;
   Candidate c = {.dec = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision))};
   Decision *best = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
   Decision *mm = util_xcalloc((size_t)g->ntensors + 1, sizeof(Decision));
@@ -615,7 +614,6 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
     si->objective = si->bound = compute;
     si->gap = 0;
     si->seconds = 0; /* no solver ran; and the plan file stays byte-identical */
-    first_overshoot = 0;
     memcpy(dec, best, (size_t)g->ntensors * sizeof(Decision));
     rc = 0;
     goto out;
@@ -702,7 +700,6 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
         goto out;
       }
       if (i < 0) c_arena = arena, c_step = step;
-      if (i < 0 && first_overshoot < 0) first_overshoot = arena > o->budget_bytes ? arena - o->budget_bytes : 0;
       if (fits && step < best_s * (1 - 1e-12)) pick = k, best_s = step;
     }
     if (pick || !picked) *si = rsi;
@@ -849,7 +846,6 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
   rc = 0;
 out:
   si->simplex_iterations = work.simplex_iterations, si->nodes = work.nodes;
-  si->first_overshoot = first_overshoot;
   free(c.dec);
   free(best);
   free(mm);
