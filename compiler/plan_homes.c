@@ -647,11 +647,12 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
      * one home's start (its solve only where predicted to gain), then the
      * ilp's search over homes from the best plan so far. The search runs
      * on every graph with a home candidate, and on small graphs from the
-     * ilp's plan as well. Until 2026-11-29 both ran only where re-runs and
-     * stalls were over 15% of the ops' time, and the plan rose with the
-     * budget where that share fell under it (gpt2:2:256:512:4 of
-     * bench/bench_least.sh on rtx4090-24g: 642.6 us at m, 690.9 at m + 1%,
-     * 11.9% over; now 609.0; docs/PLANNING.md 1.2). */
+     * ilp's plan as well. Not only where re-runs and stalls are a large
+     * share of the ops' time: such a share flips between neighbouring
+     * budgets, and the plan rose with the budget where it fell under it
+     * (with 15%, gpt2:2:256:512:4 of bench/bench_least.sh on rtx4090-24g:
+     * 642.6 us at m, 690.9 at m + 1%, 11.9% over, where the search gives
+     * 609.0; docs/PLANNING.md 1.2). */
     bool small = refine_units(g, d, NULL) >= 0, slowed = ncand > 0 && device_step > ops_seconds(g, d);
     if (slowed && !twin_won) one_home(&s, dec, device_arena, device_step, si, bytes); /* else the path below's start */
     if (slowed || (ncand > 0 && !small)) model_search(&s, NULL);
