@@ -327,6 +327,24 @@ int main(void) {
   int64_t least = plan_ilp_min_budget(g, d, &o, note, &e), optstate = 0;
   for (int t = 0; t < g->ntensors; t++) optstate += g->tensors[t].kind == KIND_OPTSTATE ? g->tensors[t].bytes : 0;
   T_CASE("the ilp alone has a smallest budget") T_CHECKF(least > optstate, "%s", e.msg);
+  /* The search over homes starts from the ilp's decisions: a resident
+   * tensor read as DEC_KEEP there was no home to build a host optimizer
+   * from, so keep-all's vector (zeroed: DEC_KEEP) never took one. */
+  T_CASE("the ilp decides stashed tensors alone: every other DEC_NONE, at keep-all's budget and at its smallest") {
+    Decision *dec = malloc((size_t)g->ntensors * sizeof *dec);
+    int64_t budgets[] = {INT64_MAX / 4, least};
+    for (int b = 0; dec && b < 2; b++) {
+      PlanOptions at = o;
+      at.budget_bytes = budgets[b];
+      SolverInfo isi = {.name = "none", .status = "not_used"};
+      for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_HOST; /* poisoned: the ilp writes every entry */
+      T_CHECKF(plan_decide_ilp(g, d, &at, dec, &isi, &e) == 0, "%s", e.msg);
+      int wrong = 0;
+      for (int t = 0; t < g->ntensors; t++) wrong += !g->tensors[t].stashed && dec[t] != DEC_NONE;
+      T_CHECKF(wrong == 0, "budget %" PRId64 ": %d tensors it does not decide are not DEC_NONE", budgets[b], wrong);
+    }
+    free(dec);
+  }
   o.budget_bytes = least - optstate / 4;
   Plan *p = plan_make(g, d, &o, &e);
   T_CASE("below it: homes, the plan within the budget, valid, and no slower than every optimizer state homed") {
