@@ -537,6 +537,14 @@ int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions
  * host compute) can take off the compute stream while the host stream
  * stays no longer. */
 double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o);
+/* A bound on the ilp model's objective (us) of every vector of the
+ * family at a budget, homes and host optimizers and activations together:
+ * the relaxation of the model with homes (ilp_build_homes_bound,
+ * docs/PLANNING.md section 3, "The bound over homes"); 0 where none is
+ * claimed (copies that take a share of the compute stream, a home or host
+ * optimizer the model has no column for, a relaxation unsolved). Its
+ * simplex iterations are added to *iterations. */
+double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */

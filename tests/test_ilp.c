@@ -219,7 +219,7 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
   int nt = g->ntensors;
   Decision *dec = calloc((size_t)nt, sizeof *dec), *bare = calloc((size_t)nt, sizeof *bare);
   srand(seed);
-  int below = 0, homed = 0, stalled = 0, host_bad = 0, equal = 0, on_host = 0;
+  int below = 0, homed = 0, stalled = 0, host_bad = 0, equal = 0, on_host = 0, bounded = 0, bound_above = 0;
   double worst = 0;
   for (int it = 0; it < n; it++) {
     int share = 1 + rand() % 3, offload_pct = rand() % 60;
@@ -249,8 +249,22 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
              (long long)host, (long long)host_bare, p ? (long long)p->host_bytes : -1LL, pb ? (long long)pb->host_bytes : -1LL);
     }
     stalled += p && p->predicted.stall_seconds > 0;
+    /* The relaxation of the model with homes at the vector's own arena
+     * (it fits there) is at most its objective: every fifth vector, where
+     * the bound is claimed (no copy share). */
+    if (p && it % 5 == 0 && d->copy_compute_share <= 0) {
+      int64_t iterations = 0;
+      double lp = plan_ilp_homes_bound(g, d, p->arena_bytes, &iterations);
+      bounded++;
+      if (lp > model * (1 + 1e-9)) {
+        bound_above++;
+        printf("  %s on %s vector %d: bound over homes %.6f us above the objective %.6f\n", g->name, d->name, it, lp, model);
+      }
+    }
     plan_free(p), plan_free(pb);
   }
+  T_CHECKF(bound_above == 0, "%s on %s: the bound over homes above the objective at %d of %d vectors", g->name, d->name,
+           bound_above, bounded);
   T_CHECKF(below == 0, "%s on %s: %d of %d vectors with homes: objective below the simulator", g->name, d->name, below, n);
   T_CHECKF(host_bad == 0, "%s on %s: %d of %d vectors with homes: host bytes differ", g->name, d->name, host_bad, n);
   T_CHECKF(homed > 0 && stalled > 0, "%s on %s: %d homes, %d vectors stalled", g->name, d->name, homed, stalled);
@@ -462,7 +476,10 @@ int main(void) {
    * takes a share of the compute stream (a CPU backend's profile). */
   Device *slow = device_load("budgets/h100-sxm-80g.json", &e);
   if (slow) slow->d2h_gbps = slow->h2d_gbps = 8, slow->copy_compute_share = 0.58;
-  if (!h100 || !cpu || !slow) {
+  /* ... and the slow link alone, where the bound over homes is claimed. */
+  Device *slow_link = device_load("budgets/h100-sxm-80g.json", &e);
+  if (slow_link) slow_link->d2h_gbps = slow_link->h2d_gbps = 8;
+  if (!h100 || !cpu || !slow || !slow_link) {
     printf("FAIL setup: %s\nRESULT 0 1\n", e.msg);
     return 1;
   }
@@ -482,6 +499,7 @@ int main(void) {
     T_CASE("model objective: the simulated step or above by prefetches started early; host bytes the plan's; random homes") {
       check_objective_homes(g, h100, 25, 51 + (unsigned)i);
       check_objective_homes(g, slow, 25, 61 + (unsigned)i);
+      check_objective_homes(g, slow_link, 10, 81 + (unsigned)i);
     }
     T_CASE("incremental evaluation == whole evaluation over random move sequences") {
       check_eval_incremental(g, h100, 300, 51 + (unsigned)i);
@@ -690,5 +708,6 @@ int main(void) {
   device_free(h100);
   device_free(cpu);
   device_free(slow);
+  device_free(slow_link);
   T_DONE();
 }

@@ -44,7 +44,12 @@ static void home_terms(Ilp *md, int t, Decision how, const HomeCopies *h, int co
   }
   ilp_term(md, md->grp_first[h->issue[0]], md->grp_comp[last_fwd], &on, bytes);
   ilp_term(md, md->grp_first[h->issue[1]], end, &on, bytes);
-  ilp_early_need(md, t, &on, last_fwd, h->need[1], h->issue[1], bytes);
+  /* A bound model leaves it out: it only adds bytes, so the memory rows
+   * without it admit every vector they admitted (a relaxation), and its
+   * product columns made the relaxation degenerate (31,005 simplex
+   * iterations instead of 515 at gpt2-124m's midpoint, docs/PLANNING.md
+   * section 3). */
+  if (!md->bound_only) ilp_early_need(md, t, &on, last_fwd, h->need[1], h->issue[1], bytes);
 }
 
 /* t homed as `how` has static windows: the step writes it (a device copy
@@ -231,7 +236,10 @@ static void build_x(Ilp *md, int gr, Decision *dec, int *cap) {
   for (int i = 0; i < n; i++) {
     int t = ops[i];
     ilp_term(md, from[i], to[i], &off, g->tensors[t].bytes);
-    if (!fetch[i]) ilp_extension(md, t, from[i], &on, g->tensors[t].bytes);
+    /* A bound model leaves it out, as F's early need (home_terms): it
+     * only adds bytes; with it the relaxation took 1,737 simplex
+     * iterations at gpt2-124m's midpoint, 1,572 without, the same bound. */
+    if (!fetch[i] && !md->bound_only) ilp_extension(md, t, from[i], &on, g->tensors[t].bytes);
     for (int s = 0; s < 2; s++)
       for (int k = 0; k < md->nhcopy[s]; k++) {
         HomeCopy *c = &md->hcopy[s][k];
@@ -315,6 +323,58 @@ int64_t ilp_host_bytes(const Ilp *md, const double *x) {
     if (on > 0.5) sum += plan_host_share(md->g, t);
   }
   return sum;
+}
+
+/* ------------------------------------------------------------ the bound over homes */
+
+/* Simplex iterations times nonzeros for the bound's relaxation: counted
+ * work, so the bound does not depend on the machine. Less than the ilp's
+ * own 7e9 (solve.c): where the count runs out the primal simplex has
+ * proven nothing, and far below the midpoints it does not finish
+ * (llama3-8b at 42,455,265,284 bytes: 29,659 iterations, 62 s, no bound;
+ * gpt2-1558m at 6,786,590,468: 14,168, 34 s), while at bench_ilp's points
+ * it takes at most 5,395 iterations of 494,058 nonzeros (gpt2-1558m). */
+#define HOMES_BOUND_LP_WORK 3e9
+
+/* Whether md's columns hold every home and host optimizer the rule around
+ * the ilp may choose (plan_home_allowed): a bound of its vectors is a
+ * bound of the rule's plans only then. */
+static bool covers_homes(const Ilp *md) {
+  const Graph *g = md->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (plan_home_allowed(g, t, DEC_HOST) && md->colH[t] < 0) return false;
+    if (plan_home_allowed(g, t, DEC_HOST_REFETCH) && md->colF[t] < 0) return false;
+    if (md->d->host_memory_gbps > 0 && plan_home_allowed(g, t, DEC_HOST_OPTIMIZER) && md->colX[t] < 0) return false;
+  }
+  return true;
+}
+
+double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations) {
+  /* Where copies take a share of the compute stream the window rows are
+   * not bounds of the queues (docs/PLANNING.md section 4); on a
+   * unified_memory device nothing is homed. */
+  if (d->unified_memory || d->copy_compute_share > 0) return 0;
+  Ilp md;
+  Err e;
+  if (ilp_build_homes_bound(&md, g, d, budget, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return 0;
+  double bound = 0;
+  if (covers_homes(&md)) {
+    /* The queue rows go in lazily, as in the ilp's relaxation: each is
+     * in once the point violates it, so the optimum meets them all. */
+    MilpOptions mo = {.solver = "glpk", .quiet = true, .lp_only = true, .lazy_first = md.queue_rows[0],
+                      .lazy_end = md.queue_rows[1],
+                      .lp_iterations = (long)(HOMES_BOUND_LP_WORK / fmax(1, (double)(md.m.nnz - md.queue_nnz)))};
+    MilpResult r;
+    if (milp_solve(&md.m, &mo, &r, &e) == 0) {
+      /* Its optimum, or what the count left proven (milp.c's partial
+       * bound, 0 where none); infeasible: no claim. */
+      if ((r.status == MILP_FEASIBLE || r.status == MILP_NO_SOLUTION) && isfinite(r.bound)) bound = r.bound;
+      *iterations += r.simplex_iterations;
+      milp_result_free(&r);
+    }
+  }
+  ilp_free(&md);
+  return bound;
 }
 
 /* ------------------------------------------------------------ the search over homes */

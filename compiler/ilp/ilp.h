@@ -132,6 +132,7 @@ typedef struct Ilp {
   bool *xhost;              /* per tensor: ... homed as host (host-refetch's second window would follow the re-runs) */
   int *xgrad, *xcopy;       /* per op: the grad whose X runs it on the host, its copy's index in hcopy[0]; -1 */
   bool homes;               /* the home columns are built (ilp_build_with_homes) */
+  bool bound_only;          /* ... relaxed for a bound of the family at a budget (ilp_build_homes_bound) */
   HomeCopy *hcopy[2];       /* per stream, the home copies in queue order (issue op, due op, tensor, window) */
   int nhcopy[2];
   int *hdue_first[2], *hdue[2]; /* per stream and op b: the indices into hcopy due at b */
@@ -256,6 +257,13 @@ int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min
 /* The model without a memory limit, with the home columns (homes.c): what
  * a plan's predicted peak and objective are evaluated in. */
 int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Err *e);
+/* The model with the home columns at a budget, relaxed so that its LP's
+ * optimum bounds the objective of every decision vector of the family
+ * that fits (homes, host optimizers and activations together): the
+ * windows count the home copies and the host stream has rows
+ * (ilp_build_home_windows); F's early need and X's extension are left
+ * out (homes.c). Only its relaxation is solved. */
+int ilp_build_homes_bound(Ilp *md, const Graph *g, const Device *d, int64_t budget, int depth, Err *e);
 
 /* ------------------------------------------------------------ memory.c */
 
@@ -294,6 +302,11 @@ int64_t ilp_host_bytes(const Ilp *md, const double *x);
 int ilp_issue_op(const Ilp *md, int stream, int t);
 int ilp_due_op(const Ilp *md, int stream, int t);
 void ilp_build_stalls(Ilp *md);
+/* A bound model's windows (ilp_build_stalls builds none there), over the
+ * offloaded activations' copies and the home copies together, one row
+ * per stream over all its copies, and the host stream's rows; after
+ * ilp_build_homes. */
+void ilp_build_home_windows(Ilp *md);
 /* rerun: plan_family_positions' re-run ops of dec, whose time comes
  * before a host op (NULL: none counted). Returns Q at the last op, or a
  * lower bound of it at least stop_at where the pass stopped early. */

@@ -674,9 +674,10 @@ static void pack_for_eval(Ilp *md) {
 }
 
 static int build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, bool homes,
-                 Err *e) {
+                 bool bound_only, Err *e) {
   memset(md, 0, sizeof *md);
   md->homes = homes;
+  md->bound_only = bound_only;
   md->depth = depth;
   md->g = g;
   md->d = d;
@@ -696,6 +697,7 @@ static int build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool 
   build_reruns(md);
   ilp_build_memory(md);
   ilp_build_homes(md);
+  if (bound_only) ilp_build_home_windows(md);
   ilp_build_rows(md, budget);
   pack_for_eval(md);
   if (md->failed || md->m.failed) goto oom;
@@ -708,9 +710,13 @@ oom:
 }
 
 int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
-  return build(md, g, d, budget, min_memory, depth, false, e);
+  return build(md, g, d, budget, min_memory, depth, false, false, e);
 }
 
 int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Err *e) {
-  return build(md, g, d, INT64_MAX / 4, false, depth, true, e);
+  return build(md, g, d, INT64_MAX / 4, false, depth, true, false, e);
+}
+
+int ilp_build_homes_bound(Ilp *md, const Graph *g, const Device *d, int64_t budget, int depth, Err *e) {
+  return build(md, g, d, budget, false, depth, true, true, e);
 }

@@ -53,6 +53,11 @@ static bool group_by_op(const void *items, int count, size_t stride, size_t b_of
 #define ILP_FIFO 24
 #define ILP_WINDOW_OPS 96
 #define ILP_WINDOW_GRAPH_OPS 1000
+/* A bound model's windows end at this many ops, evenly spaced in compute
+ * time (ilp_build_home_windows): gpt2-124m's midpoint bound 11,809.0 us
+ * without them, 11,879.9 with 8 to 32, 11,923.3 with 64 and 11,979.9
+ * with 128, whose relaxation takes 0.87, 1.17 and 1.80 s. */
+#define HOME_WINDOW_POINTS 32
 
 static double t_before(const Ilp *md, int i) { return i > 0 ? md->t_end[i - 1] : 0; }
 
@@ -171,7 +176,9 @@ void ilp_build_stalls(Ilp *md) {
     md->failed = true;
     goto out;
   }
-  for (int stream = 0; stream < 2; stream++) {
+  /* A bound model's windows count the home copies too, which exist only
+   * after ilp_build_homes (ilp_build_home_windows). */
+  for (int stream = 0; stream < 2 && !md->bound_only; stream++) {
     memset(start, 0, (size_t)n);
     memset(due, 0, (size_t)n);
     for (int t = 0; t < nt; t++) {
@@ -317,6 +324,195 @@ void ilp_build_stalls(Ilp *md) {
   }
 out:
   free(cols), free(vals), free(due_of);
+}
+
+/* ------------------------------------------------------------ a bound model's windows */
+
+/* One copy of a stream in a bound model: issued at op `issue`, due at op
+ * `due`, `us` long, made where sum c[i] * x[col[i]] is 1 and not where it
+ * is 0: an offloaded activation's O; a home's copy that both homes have,
+ * H + F, plus a grad's X for its copy to the host optimizer, less the X
+ * that takes it away (HomeCopy.gone: X <= H + F makes the sum 0 or 1);
+ * host-refetch's second prefetch, F. */
+typedef struct Copy {
+  int issue, due, n;
+  int col[4];
+  double c[4];
+  double us;
+} Copy;
+
+static int stream_copies(const Ilp *md, int s, Copy *out) {
+  int k = 0;
+  for (int t = 0; t < md->g->ntensors; t++)
+    if (md->colO[t] >= 0) out[k++] = (Copy){ilp_issue_op(md, s, t), ilp_due_op(md, s, t), 1, {md->colO[t]}, {1}, md->copy_us[s][t]};
+  for (int i = 0; i < md->nhcopy[s]; i++) {
+    const HomeCopy *h = &md->hcopy[s][i];
+    Copy c = {.issue = h->issue, .due = h->due, .us = h->us};
+    int on[3] = {h->refetch ? -1 : md->colH[h->t], md->colF[h->t], h->refetch ? -1 : md->colX[h->t]};
+    for (int j = 0; j < 3; j++)
+      if (on[j] >= 0) c.col[c.n] = on[j], c.c[c.n++] = 1;
+    if (h->gone >= 0 && !h->refetch) c.col[c.n] = md->colX[h->gone], c.c[c.n++] = -1;
+    out[k++] = c;
+  }
+  return k;
+}
+
+/* The copy-time sum of copies as one row's terms: acc per column, the
+ * columns in it listed once in order of their first term. */
+typedef struct Terms {
+  double *acc;
+  char *in;
+  int *col, n;
+} Terms;
+
+static void terms_add(Terms *t, const Copy *c) {
+  for (int i = 0; i < c->n; i++) {
+    int col = c->col[i];
+    if (!t->in[col]) t->in[col] = 1, t->col[t->n++] = col;
+    t->acc[col] += c->c[i] * c->us;
+  }
+}
+
+/* The terms, negated, into cols and vals from k on (a term that cancelled
+ * left out); emptied. The new count. */
+static int terms_take(Terms *t, int *cols, double *vals, int k) {
+  for (int i = 0; i < t->n; i++) {
+    int col = t->col[i];
+    if (t->acc[col] != 0) cols[k] = col, vals[k++] = -t->acc[col];
+    t->acc[col] = 0, t->in[col] = 0;
+  }
+  t->n = 0;
+  return k;
+}
+
+/* Windows over copies cp (nc of them) of stream s, between the ops of a
+ * grid (HOME_WINDOW_POINTS ops evenly spaced in compute time, *at): any
+ * window is a valid row (the copies issued in it and due in it need
+ * their time, which its compute and stalls must cover), and a window
+ * whose ends are not copies' issue and due ops is only looser. Every
+ * issue and due op as ends, as the activations' windows take them, gave
+ * gpt2-124m's midpoint 33,160 rows of 307,812 nonzeros and a 5.1 s
+ * relaxation. Pruned as ilp_build_stalls' windows, by maxima that count
+ * each copy once (every column at 1, the X that removes a copy at 0), so
+ * a window left out is implied by one kept for every vector. */
+static void home_windows(Ilp *md, int s, const Copy *cp, int nc, Terms *tm, int *cols, double *vals, const char *point,
+                         double *latest) {
+  int n = md->g->nops, *first = NULL, *by_due = NULL;
+  if (!group_by_op(cp, nc, sizeof *cp, offsetof(Copy, due), n, &first, &by_due)) {
+    md->failed = true;
+    goto out;
+  }
+  double total = 0;
+  for (int i = 0; i < nc; i++) total += cp[i].us;
+  for (int b = 0; b < n; b++) latest[b] = -HUGE_VAL;
+  for (int a = n - 1; a >= 0; a--) {
+    if (!point[a]) continue;
+    int prev = -1;
+    double sum = 0, most = -HUGE_VAL;
+    bool added = false;
+    for (int b = a; b < n; b++) {
+      for (int j = first[b]; j < first[b + 1]; j++) {
+        const Copy *c = &cp[by_due[j]];
+        if (c->issue < a) continue;
+        terms_add(tm, c);
+        sum += c->us, added = true;
+      }
+      if (!point[b] || !added) continue;
+      double cap = due_time(md, s, b) - issue_time(md, s, a);
+      if (cap > total) break; /* later ones cannot bind */
+      double past_end = sum - due_time(md, s, b), before_start = sum + issue_time(md, s, a);
+      bool keep = sum > cap && past_end > most && before_start > latest[b];
+      most = fmax(most, past_end);
+      latest[b] = fmax(latest[b], before_start);
+      if (!keep) continue;
+      int c = ilp_new_col(md, 0, HUGE_VAL, 0, false), k = 0;
+      cols[k] = c, vals[k++] = 1;
+      if (prev >= 0) cols[k] = prev, vals[k++] = -1;
+      k = terms_take(tm, cols, vals, k);
+      if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
+      prev = c, added = false;
+      /* Q[b] - Q[a-1] - C >= -cap */
+      k = 0;
+      cols[k] = md->col_q[b], vals[k++] = 1;
+      if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
+      cols[k] = c, vals[k++] = -1;
+      if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+    }
+    terms_take(tm, cols, vals, 0); /* the copies after the last row kept */
+  }
+out:
+  free(first), free(by_due);
+}
+
+/* The step is at least a stream's copies less the compute they can hide
+ * under: every copy is issued at or after the first issue op a and due by
+ * the last due op b, so the window [a, b] over them all holds, and Q[last]
+ * >= Q[b] >= Q[b] - Q[a-1] (Q never falls and starts at 0). The windows'
+ * reach (ILP_WINDOW_OPS) leaves that window out on large graphs. */
+static void whole_stream(Ilp *md, int s, const Copy *cp, int nc, Terms *tm, int *cols, double *vals) {
+  int n = md->g->nops, a = n, b = -1;
+  double total = 0;
+  for (int i = 0; i < nc; i++) {
+    a = cp[i].issue < a ? cp[i].issue : a, b = cp[i].due > b ? cp[i].due : b;
+    total += cp[i].us;
+    terms_add(tm, &cp[i]);
+  }
+  int k = 0;
+  cols[k] = md->col_q[n - 1], vals[k++] = 1;
+  k = terms_take(tm, cols, vals, k);
+  double cap = nc ? due_time(md, s, b) - issue_time(md, s, a) : 0;
+  if (nc && total > cap && milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+}
+
+/* The host stream (sim.c's): host op b starts once the compute stream
+ * has reached it, after Q[b-1] of stalls, every re-run and the device
+ * time of the earlier host ops less; the host ops from b on run one after
+ * another; the step ends no earlier than they do. With the objective,
+ * compute - sum c_j X_j + re-runs + Q[last] (c_j: op j's device time, h_j
+ * its host time), the re-runs cancel and
+ *   Q[last] - Q[b-1] - sum over j >= b of (c_j + h_j) X_j >= t_before(b) - t_end[last],
+ * the sum a running one over b (column S_b = S_{b'} + (c_b + h_b) X_b, b'
+ * the next host op). Left out (looser): the grad's copy a host op also
+ * waits for (rows for it, behind every D2H copy queued before it, raised
+ * no bound of bench_ilp's gpt2-tiny, unet or gpt2-124m points). */
+static void host_rows(Ilp *md, int *cols, double *vals) {
+  const Graph *g = md->g;
+  int n = g->nops, next = -1;
+  for (int b = n - 1; b >= 0; b--) {
+    int gr = md->xgrad[b];
+    if (gr < 0) continue;
+    int sum = ilp_new_col(md, 0, HUGE_VAL, 0, false), k = 0;
+    cols[k] = sum, vals[k++] = 1;
+    if (next >= 0) cols[k] = next, vals[k++] = -1;
+    cols[k] = md->colX[gr], vals[k++] = -(ilp_op_us(md, b) + cost_host_op_seconds(g, md->d, b) * 1e6);
+    if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
+    next = sum, k = 0;
+    cols[k] = md->col_q[n - 1], vals[k++] = 1;
+    if (b) cols[k] = md->col_q[b - 1], vals[k++] = -1;
+    cols[k] = sum, vals[k++] = -1;
+    if (milp_add_row(&md->m, t_before(md, b) - md->t_end[n - 1], HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+  }
+}
+
+void ilp_build_home_windows(Ilp *md) {
+  int n = md->g->nops, nc = md->g->ntensors + md->nhcopy[0] + md->nhcopy[1], ncols = md->m.ncols;
+  if (md->min_memory || md->failed) return;
+  Copy *cp = util_xcalloc((size_t)nc + 1, sizeof *cp);
+  Terms tm = {.acc = util_xcalloc((size_t)ncols + 1, sizeof(double)), .in = util_xcalloc((size_t)ncols + 1, 1),
+              .col = util_xcalloc((size_t)ncols + 1, sizeof(int))};
+  int *cols = util_xcalloc((size_t)ncols + 3, sizeof(int));
+  double *vals = util_xcalloc((size_t)ncols + 3, sizeof(double)), *latest = util_xcalloc((size_t)n + 1, sizeof(double));
+  char *point = util_xcalloc((size_t)n + 1, 1);
+  if (!cp || !tm.acc || !tm.in || !tm.col || !cols || !vals || !latest || !point) md->failed = true;
+  for (int i = 0, k = 0; !md->failed && i < n; i++) /* the first op whose end reaches each k-th of the compute */
+    for (; k < HOME_WINDOW_POINTS && md->t_end[i] > md->t_end[n - 1] * k / HOME_WINDOW_POINTS; k++) point[i] = 1;
+  for (int s = 0; s < 2 && !md->failed; s++) {
+    int k = stream_copies(md, s, cp);
+    home_windows(md, s, cp, k, &tm, cols, vals, point, latest);
+    whole_stream(md, s, cp, k, &tm, cols, vals);
+  }
+  if (!md->failed) host_rows(md, cols, vals);
+  free(cp), free(tm.acc), free(tm.in), free(tm.col), free(cols), free(vals), free(latest), free(point);
 }
 
 /* ------------------------------------------------------------ a decision vector's stalls */
