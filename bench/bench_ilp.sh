@@ -7,13 +7,16 @@
 # `ration plan` run and its CPU time (user + system, /usr/bin/time: on a
 # machine others load, the wall time is not the planner's). Markdown on
 # stdout, for bench/RESULTS.md.
-#   sh bench/bench_ilp.sh [--device D] [--time-limit S] [--points "0 0.5 1"] [MODEL...]
+# --tight-bound passes `ration plan --tight-bound` (the bound over plans with
+# homes from one more LP, counted in the CPU time).
+#   sh bench/bench_ilp.sh [--device D] [--time-limit S] [--tight-bound] [--points "0 0.5 1"] [MODEL...]
 RATION=${RATION:-bin/ration}
-device=h100-sxm-80g; limit=""; points="0 0.5 1"
+device=h100-sxm-80g; opts=""; points="0 0.5 1"
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
-    --time-limit) limit="--time-limit $2"; shift 2;;
+    --time-limit) opts="$opts --time-limit $2"; shift 2;;
+    --tight-bound) opts="$opts --tight-bound"; shift;;
     --points) points=$2; shift 2;;
     *) break;;
   esac
@@ -39,7 +42,7 @@ for g in "$@"; do
   for f in $points; do
     b=$(awk -v m="$m" -v k="$k" -v f="$f" 'BEGIN { printf "%.0f", m + f * (k - m) }')
     t0=$(now)
-    if /usr/bin/time -f "%U %S" -o "$tmp/cpu" $RATION plan "$g" --device "$device" $limit --budget "$b" -o "$tmp/p" \
+    if /usr/bin/time -f "%U %S" -o "$tmp/cpu" $RATION plan "$g" --device "$device" $opts --budget "$b" -o "$tmp/p" \
          >/dev/null 2>"$tmp/err"; then
       t1=$(now); cpu=$(awk 'END { printf "%.2f", $1 + $2 }' "$tmp/cpu")
       awk -v n="$name" -v f="$f" -v b="$b" -v s="$(field step_seconds "$tmp/p.plan.json")" -v base="$base" \

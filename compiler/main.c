@@ -24,9 +24,11 @@ static const struct {
   const char *name, *text;
 } commands[] = {
     {"plan", "  ration plan GRAPH --device D [--budget BYTES|P%] [--strategy S] [--time-limit SEC]\n"
-             "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check] -o OUT\n"
+             "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check]\n"
+             "                    [--tight-bound] -o OUT\n"
              "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
-             "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale\n"},
+             "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale; --tight-bound\n"
+             "      bounds a plan with host homes by one more LP (its gap tighter, the plan the same)\n"},
     {"simulate", "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"},
     {"info", "  ration info GRAPH [--device D]\n"},
     {"model", "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N --vocab-pad N\n"
@@ -204,6 +206,8 @@ static int cmd_plan(int argc, char **argv) {
       dump = true;
     } else if (!strcmp(a, "--check")) {
       check = true;
+    } else if (!strcmp(a, "--tight-bound")) {
+      o.homes_bound = true;
     } else if (a[0] == '-') {
       die_usage("plan: unknown option %s", a);
     } else if (!graph_path) {

@@ -733,7 +733,8 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
    * returns: its simulated step against a bound over every plan the
    * search covers (docs/PLANNING.md 1.2). */
   double bound = plan_homes_bound_us(g, d, o);
-  if (!plan_past_deadline(o)) bound = fmax(bound, plan_ilp_homes_bound(g, d, o->budget_bytes, &s.work.simplex_iterations));
+  if (o->homes_bound && o->time_limit <= 0) /* its LP has a count, not a deadline */
+    bound = fmax(bound, plan_ilp_homes_bound(g, d, o->budget_bytes, &s.work.simplex_iterations));
   plan_settle_solver(si, s.best_step, bound, plan_past_deadline(o));
   si->seconds = util_now() - start;
   si->simplex_iterations = s.work.simplex_iterations, si->nodes = s.work.nodes;

@@ -483,6 +483,11 @@ typedef struct PlanOptions {
    * SolverInfo.proof_deferred; the caller solves again without this where
    * the ilp's plan stands. */
   bool defer_proof;
+  /* Where a plan with homes wins, its bound is also taken from the
+   * relaxation of the model with homes (plan_ilp_homes_bound): a tighter
+   * gap for one more LP, 0.1-11 s CPU on the checked-in models (`ration
+   * plan --tight-bound`); otherwise the compute-only plan_homes_bound_us. */
+  bool homes_bound;
 } PlanOptions;
 
 /* A strategy fills dec[] (one entry per graph tensor; only stashed tensors

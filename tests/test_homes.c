@@ -258,14 +258,25 @@ static void check_predicted_gain(void) {
              home ? home->predicted.step_seconds : -1, ops, e.msg);
   PlanOptions po = {.strategy = "ilp", .solver = "glpk", .quiet = true, .budget_bytes = least};
   Plan *p = device && home ? plan_make(g, d, &po, &e) : NULL;
-  /* Where the rule's plan with homes wins, its bound's relaxation
-   * (plan_ilp_homes_bound) is counted too. */
+  T_CASE("predicted gain: the solve not paid for, the plan's counted work the ilp's own")
+    T_CHECKF(p && p->solver.simplex_iterations == isi.simplex_iterations, "%" PRId64 " simplex iterations, the ilp's %" PRId64 " %s",
+             p ? p->solver.simplex_iterations : -1, isi.simplex_iterations, p ? "" : e.msg);
+  /* With --tight-bound, where the rule's plan with homes wins, its bound's
+   * relaxation (plan_ilp_homes_bound) is counted too, and the plan is the
+   * same. */
+  PlanOptions tight = po;
+  tight.homes_bound = true;
+  Plan *pt = p ? plan_make(g, d, &tight, &e) : NULL;
   int64_t bound_iterations = 0;
-  if (p && count_homes(p, g) > 0) plan_ilp_homes_bound(g, d, least, &bound_iterations);
-  T_CASE("predicted gain: the solve not paid for, the plan's counted work the ilp's own and its bound's")
-    T_CHECKF(p && p->solver.simplex_iterations == isi.simplex_iterations + bound_iterations,
-             "%" PRId64 " simplex iterations, the ilp's %" PRId64 " and the bound's %" PRId64 " %s",
-             p ? p->solver.simplex_iterations : -1, isi.simplex_iterations, bound_iterations, p ? "" : e.msg);
+  if (pt && count_homes(pt, g) > 0) plan_ilp_homes_bound(g, d, least, &bound_iterations);
+  T_CASE("--tight-bound: the same plan, its bound no lower, its counted work the ilp's own and its bound's")
+    T_CHECKF(pt && pt->predicted.step_seconds == p->predicted.step_seconds && pt->solver.bound >= p->solver.bound &&
+                 pt->solver.simplex_iterations == isi.simplex_iterations + bound_iterations,
+             "step %.9g against %.9g s, bound %.3f against %.3f us, %" PRId64 " simplex iterations, the ilp's %" PRId64
+             " and the bound's %" PRId64,
+             pt ? pt->predicted.step_seconds : -1, p ? p->predicted.step_seconds : -1, pt ? pt->solver.bound : -1,
+             p ? p->solver.bound : -1, pt ? pt->solver.simplex_iterations : -1, isi.simplex_iterations, bound_iterations);
+  plan_free(pt);
   /* The solve the rule did not pay for, as it would have run. */
   Device dd = *d;
   dd.host_memory -= plan_host_share(g, cand);
