@@ -214,6 +214,9 @@ static int64_t try_homes(Search *s, int k, int64_t home_bytes, int64_t act_budge
  * decisions: the prefixes' order is a rule, not an optimum, and on small
  * graphs plans are cheap (docs/PLANNING.md 1.2). */
 #define HOMES_REFINE_MAX 64
+/* The graphs (ops) on which the point of the bound's relaxation over homes
+ * is a candidate (decide_placed). */
+#define HOMES_POINT_OPS 300
 
 /* Decision T's alternatives to try: a stashed tensor's other two, a home
  * candidate's other homes, a host-optimizer grad's toggle. How many, into
@@ -580,6 +583,29 @@ double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o
   return device * 1e6;
 }
 
+/* The point of the bound's relaxation (plan_ilp_homes_bound: homes, host
+ * optimizers and activations together), rounded into POINT: repaired to
+ * the budget where its layout overshoots (on graphs the repair takes),
+ * then the ilp's search over homes from it, each judged like every
+ * candidate; where one wins, the refinement again. The rule's homes come
+ * by a fixed order and its searches from its own plans, where the
+ * relaxation weighs every home's bytes against its copies and the host's
+ * time at once: gpt2:2:256:512:4 (bench_least.sh) on l4-24g at the
+ * ilp's smallest all-device budget m (76,408,836 bytes) 1,420.9 us by the
+ * rule (1,381.5 at m - 1), 1,318.6 at both from the point. */
+static void from_point(Search *s, Decision *point) {
+  int64_t budget = s->o->budget_bytes;
+  double deadline = s->o->time_limit > 0 && s->o->deadline > 0 ? s->o->deadline : HUGE_VAL, before = s->best_step;
+  Err e = {{0}};
+  Plan *p = plan_from_decisions(s->g, s->d, point, &e);
+  if (!p) return;
+  if (p->arena_bytes > budget) plan_ilp_repair_arena(s->g, s->d, budget, point, p->arena_bytes);
+  plan_free(p);
+  consider(s, point, &s->si, any_on_host(s->g, point));
+  if (plan_ilp_homes_search(s->g, s->d, budget, point, deadline) == 1) consider(s, point, &s->si, any_on_host(s->g, point));
+  if (s->best_step != before) refine(s);
+}
+
 /* plan_decide_placed's path once; *stands: the ilp's plan is returned
  * with its solver fields. */
 static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, Decision *dec, SolverInfo *si, Err *e,
@@ -727,14 +753,24 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
     model_search(&s, NULL);
     refine(&s);
   }
-  memcpy(dec, s.best, (size_t)n * sizeof *dec);
-  *si = s.si;
   /* The solver fields say what the whole search did, of the plan it
    * returns: its simulated step against a bound over every plan the
    * search covers (docs/PLANNING.md 1.2). */
   double bound = plan_homes_bound_us(g, d, o);
-  if (o->homes_bound && o->time_limit <= 0) /* its LP has a count, not a deadline */
-    bound = fmax(bound, plan_ilp_homes_bound(g, d, o->budget_bytes, &s.work.simplex_iterations));
+  /* Its point is one more candidate on graphs of up to HOMES_POINT_OPS
+   * ops, where the relaxation costs about what the plan does (bench_ilp's
+   * small models and the hold-outs of bench/ab_plans.sh: within 0.4 CPU
+   * s); on larger ones it costs more than the plan (gpt2-124m's midpoint
+   * 0.96 -> 1.74 s, llama3-8b's 8.1 -> 14.2 s with the point) and runs
+   * for the bound alone, on request (--tight-bound). */
+  bool with_point = g->nops <= HOMES_POINT_OPS;
+  if ((o->homes_bound || with_point) && o->time_limit <= 0) { /* its LP has a count, not a deadline */
+    bool rounded;
+    bound = fmax(bound, plan_ilp_homes_bound(g, d, o->budget_bytes, &s.work.simplex_iterations, s.alt, &rounded));
+    if (rounded && with_point) from_point(&s, s.alt);
+  }
+  memcpy(dec, s.best, (size_t)n * sizeof *dec);
+  *si = s.si;
   plan_settle_solver(si, s.best_step, bound, plan_past_deadline(o));
   si->seconds = util_now() - start;
   si->simplex_iterations = s.work.simplex_iterations, si->nodes = s.work.nodes;

@@ -548,8 +548,12 @@ double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o
  * docs/PLANNING.md section 3, "The bound over homes"); 0 where none is
  * claimed (copies that take a share of the compute stream, a home or host
  * optimizer the model has no column for, a relaxation unsolved). Its
- * simplex iterations are added to *iterations. */
-double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations);
+ * simplex iterations are added to *iterations. Where POINT is not NULL
+ * and the relaxation was solved, the decisions its point rounds to are
+ * written there (homes, host optimizers with their operands homed,
+ * stashed decisions) and *rounded set; they may not fit the budget. */
+double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations, Decision *point,
+                            bool *rounded);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */

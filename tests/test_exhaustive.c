@@ -637,7 +637,7 @@ static void check_homes_budget(const Graph *g, const Device *d, const Layers *L,
   /* The relaxation of the model with homes bounds every plan of the
    * family within the budget: at most the enumeration's optimum. */
   int64_t iterations = 0;
-  double lp = plan_ilp_homes_bound(g, d, budget, &iterations);
+  double lp = plan_ilp_homes_bound(g, d, budget, &iterations, NULL, NULL);
   T_CHECKF(best < 0 || lp <= best * 1e6 * (1 + 1e-9), "homes bound on %s at %" PRId64 ": %.6f us above the optimum %.6f us",
            g->name, budget, lp, best * 1e6);
   homes_lp_above += lp > plan_homes_bound_us(g, d, &o) * (1 + 1e-9);

@@ -254,7 +254,7 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
      * the bound is claimed (no copy share). */
     if (p && it % 5 == 0 && d->copy_compute_share <= 0) {
       int64_t iterations = 0;
-      double lp = plan_ilp_homes_bound(g, d, p->arena_bytes, &iterations);
+      double lp = plan_ilp_homes_bound(g, d, p->arena_bytes, &iterations, NULL, NULL);
       bounded++;
       if (lp > model * (1 + 1e-9)) {
         bound_above++;

@@ -349,7 +349,28 @@ static bool covers_homes(const Ilp *md) {
   return true;
 }
 
-double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations) {
+/* The decisions x rounds to, into dec: each stashed tensor's largest
+ * column, each home its larger column at 1/2 or more (F before H), each
+ * host optimizer whose X is at 1/2 or more and whose operands are then
+ * homed as its rows require; the rest DEC_NONE. */
+static void round_point(const Ilp *md, const double *x, Decision *dec) {
+  const Graph *g = md->g;
+  for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_NONE;
+  ilp_decisions_from_x(md, x, dec);
+  for (int t = 0; t < g->ntensors; t++)
+    if (md->colF[t] >= 0 && x[md->colF[t]] >= 0.5) dec[t] = DEC_HOST_REFETCH;
+    else if (md->colH[t] >= 0 && x[md->colH[t]] >= 0.5) dec[t] = DEC_HOST;
+  for (int t = 0; t < g->ntensors; t++) {
+    bool homed = md->colX[t] >= 0 && x[md->colX[t]] >= 0.5;
+    for (int u = 0; homed && u < g->ntensors; u++)
+      homed = md->xneed[u] != t || dec[u] == DEC_HOST || (dec[u] == DEC_HOST_REFETCH && !md->xhost[u]);
+    if (homed) dec[t] = DEC_HOST_OPTIMIZER;
+  }
+}
+
+double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations, Decision *point,
+                            bool *rounded) {
+  if (rounded) *rounded = false;
   /* Where copies take a share of the compute stream the window rows are
    * not bounds of the queues (docs/PLANNING.md section 4); on a
    * unified_memory device nothing is homed. */
@@ -369,6 +390,7 @@ double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int
       /* Its optimum, or what the count left proven (milp.c's partial
        * bound, 0 where none); infeasible: no claim. */
       if ((r.status == MILP_FEASIBLE || r.status == MILP_NO_SOLUTION) && isfinite(r.bound)) bound = r.bound;
+      if (point && r.status == MILP_FEASIBLE) round_point(&md, r.lp_x, point), *rounded = true;
       *iterations += r.simplex_iterations;
       milp_result_free(&r);
     }
