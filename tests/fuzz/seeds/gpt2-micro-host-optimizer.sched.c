@@ -6,10 +6,10 @@
  * device: host-optimizer-seed
  * budget bytes: 31842 (31.10 KiB)
  * strategy: ilp
- * solver: glpk, status feasible, gap 0.14535
- * predicted step seconds: 4.34372e-05
- * predicted peak live bytes: 15940
- * arena bytes: 18180, host bytes: 68416
+ * solver: glpk, status feasible, gap 0.0325975
+ * predicted step seconds: 4.32356e-05
+ * predicted peak live bytes: 17604
+ * arena bytes: 20484, host bytes: 67392
  */
 #include <stdint.h>
 
@@ -189,149 +189,150 @@ static const rt_SchedTensor tensors[101] = {
 };
 
 /* tensor, workspace_of, space, home, bytes, offset */
-static const rt_SchedBuffer buffers[142] = {
-  {0, -1, RT_SPACE_DEVICE, 1, 16, 16640}, /* 0 */
-  {1, -1, RT_SPACE_DEVICE, 1, 16, 16896}, /* 1 */
+static const rt_SchedBuffer buffers[143] = {
+  {0, -1, RT_SPACE_DEVICE, 1, 16, 18944}, /* 0 */
+  {1, -1, RT_SPACE_DEVICE, 1, 16, 19200}, /* 1 */
   {2, -1, RT_SPACE_HOST, 1, 2048, 45056}, /* 2 */
   {3, -1, RT_SPACE_HOST, 1, 256, 57344}, /* 3 */
-  {4, -1, RT_SPACE_HOST, 1, 64, 60416}, /* 4 */
-  {5, -1, RT_SPACE_HOST, 1, 64, 60672}, /* 5 */
+  {4, -1, RT_SPACE_HOST, 1, 64, 59904}, /* 4 */
+  {5, -1, RT_SPACE_HOST, 1, 64, 60160}, /* 5 */
   {6, -1, RT_SPACE_HOST, 1, 3072, 32768}, /* 6 */
-  {7, -1, RT_SPACE_HOST, 1, 192, 59392}, /* 7 */
+  {7, -1, RT_SPACE_HOST, 1, 192, 59136}, /* 7 */
   {8, -1, RT_SPACE_HOST, 1, 1024, 53248}, /* 8 */
-  {9, -1, RT_SPACE_HOST, 1, 64, 60928}, /* 9 */
-  {10, -1, RT_SPACE_HOST, 1, 64, 61184}, /* 10 */
-  {11, -1, RT_SPACE_HOST, 1, 64, 61440}, /* 11 */
+  {9, -1, RT_SPACE_HOST, 1, 64, 60416}, /* 9 */
+  {10, -1, RT_SPACE_HOST, 1, 64, 60672}, /* 10 */
+  {11, -1, RT_SPACE_HOST, 1, 64, 60928}, /* 11 */
   {12, -1, RT_SPACE_HOST, 1, 4096, 0}, /* 12 */
   {13, -1, RT_SPACE_HOST, 1, 256, 57600}, /* 13 */
   {14, -1, RT_SPACE_HOST, 1, 4096, 4096}, /* 14 */
-  {15, -1, RT_SPACE_HOST, 1, 64, 61696}, /* 15 */
-  {16, -1, RT_SPACE_HOST, 1, 64, 61952}, /* 16 */
-  {17, -1, RT_SPACE_HOST, 1, 64, 62208}, /* 17 */
+  {15, -1, RT_SPACE_HOST, 1, 64, 61184}, /* 15 */
+  {16, -1, RT_SPACE_HOST, 1, 64, 61440}, /* 16 */
+  {17, -1, RT_SPACE_HOST, 1, 64, 61696}, /* 17 */
   {18, -1, RT_SPACE_HOST, 1, 2048, 47104}, /* 18 */
   {18, -1, RT_SPACE_DEVICE, 0, 2048, 8192}, /* 19 */
   {19, -1, RT_SPACE_HOST, 1, 256, 57856}, /* 20 */
-  {19, -1, RT_SPACE_DEVICE, 0, 256, 10240}, /* 21 */
-  {20, -1, RT_SPACE_HOST, 1, 64, 62464}, /* 22 */
-  {20, -1, RT_SPACE_DEVICE, 0, 64, 6144}, /* 23 */
-  {21, -1, RT_SPACE_HOST, 1, 64, 62720}, /* 24 */
-  {21, -1, RT_SPACE_DEVICE, 0, 64, 6400}, /* 25 */
+  {19, -1, RT_SPACE_DEVICE, 0, 256, 15872}, /* 21 */
+  {20, -1, RT_SPACE_HOST, 1, 64, 61952}, /* 22 */
+  {20, -1, RT_SPACE_DEVICE, 0, 64, 16640}, /* 23 */
+  {21, -1, RT_SPACE_HOST, 1, 64, 62208}, /* 24 */
+  {21, -1, RT_SPACE_DEVICE, 0, 64, 10240}, /* 25 */
   {22, -1, RT_SPACE_HOST, 1, 3072, 35840}, /* 26 */
   {22, -1, RT_SPACE_DEVICE, 0, 3072, 3072}, /* 27 */
-  {23, -1, RT_SPACE_HOST, 1, 192, 59648}, /* 28 */
-  {23, -1, RT_SPACE_DEVICE, 0, 192, 6912}, /* 29 */
-  {24, -1, RT_SPACE_HOST, 1, 1024, 54272}, /* 30 */
-  {24, -1, RT_SPACE_DEVICE, 0, 1024, 3072}, /* 31 */
-  {25, -1, RT_SPACE_HOST, 1, 64, 62976}, /* 32 */
-  {25, -1, RT_SPACE_DEVICE, 0, 64, 7424}, /* 33 */
-  {26, -1, RT_SPACE_HOST, 1, 64, 63232}, /* 34 */
-  {26, -1, RT_SPACE_DEVICE, 0, 64, 11008}, /* 35 */
-  {27, -1, RT_SPACE_HOST, 1, 64, 63488}, /* 36 */
-  {27, -1, RT_SPACE_DEVICE, 0, 64, 11264}, /* 37 */
-  {28, -1, RT_SPACE_HOST, 1, 4096, 8192}, /* 38 */
-  {28, -1, RT_SPACE_DEVICE, 0, 4096, 4096}, /* 39 */
-  {29, -1, RT_SPACE_HOST, 1, 256, 58112}, /* 40 */
-  {29, -1, RT_SPACE_DEVICE, 0, 256, 10240}, /* 41 */
-  {30, -1, RT_SPACE_HOST, 1, 4096, 12288}, /* 42 */
-  {30, -1, RT_SPACE_DEVICE, 0, 4096, 4096}, /* 43 */
-  {31, -1, RT_SPACE_HOST, 1, 64, 63744}, /* 44 */
-  {31, -1, RT_SPACE_DEVICE, 0, 64, 16128}, /* 45 */
-  {32, -1, RT_SPACE_HOST, 1, 64, 64000}, /* 46 */
-  {32, -1, RT_SPACE_DEVICE, 0, 64, 15616}, /* 47 */
-  {33, -1, RT_SPACE_HOST, 1, 64, 64256}, /* 48 */
-  {33, -1, RT_SPACE_DEVICE, 0, 64, 15872}, /* 49 */
-  {34, -1, RT_SPACE_HOST, 1, 2048, 49152}, /* 50 */
-  {35, -1, RT_SPACE_HOST, 1, 2048, 51200}, /* 51 */
-  {36, -1, RT_SPACE_HOST, 1, 256, 58368}, /* 52 */
-  {37, -1, RT_SPACE_HOST, 1, 256, 58624}, /* 53 */
-  {38, -1, RT_SPACE_HOST, 1, 64, 64512}, /* 54 */
-  {39, -1, RT_SPACE_HOST, 1, 64, 64768}, /* 55 */
-  {40, -1, RT_SPACE_HOST, 1, 64, 65024}, /* 56 */
-  {41, -1, RT_SPACE_HOST, 1, 64, 65280}, /* 57 */
-  {42, -1, RT_SPACE_HOST, 1, 3072, 38912}, /* 58 */
-  {43, -1, RT_SPACE_HOST, 1, 3072, 41984}, /* 59 */
-  {44, -1, RT_SPACE_HOST, 1, 192, 59904}, /* 60 */
-  {45, -1, RT_SPACE_HOST, 1, 192, 60160}, /* 61 */
-  {46, -1, RT_SPACE_HOST, 1, 1024, 55296}, /* 62 */
-  {47, -1, RT_SPACE_HOST, 1, 1024, 56320}, /* 63 */
-  {48, -1, RT_SPACE_HOST, 1, 64, 65536}, /* 64 */
-  {49, -1, RT_SPACE_HOST, 1, 64, 65792}, /* 65 */
-  {50, -1, RT_SPACE_HOST, 1, 64, 66048}, /* 66 */
-  {51, -1, RT_SPACE_HOST, 1, 64, 66304}, /* 67 */
-  {52, -1, RT_SPACE_HOST, 1, 64, 66560}, /* 68 */
-  {53, -1, RT_SPACE_HOST, 1, 64, 66816}, /* 69 */
-  {54, -1, RT_SPACE_HOST, 1, 4096, 16384}, /* 70 */
-  {55, -1, RT_SPACE_HOST, 1, 4096, 20480}, /* 71 */
-  {56, -1, RT_SPACE_HOST, 1, 256, 58880}, /* 72 */
-  {57, -1, RT_SPACE_HOST, 1, 256, 59136}, /* 73 */
-  {58, -1, RT_SPACE_HOST, 1, 4096, 24576}, /* 74 */
-  {59, -1, RT_SPACE_HOST, 1, 4096, 28672}, /* 75 */
-  {60, -1, RT_SPACE_HOST, 1, 64, 67072}, /* 76 */
-  {61, -1, RT_SPACE_HOST, 1, 64, 67328}, /* 77 */
-  {62, -1, RT_SPACE_HOST, 1, 64, 67584}, /* 78 */
-  {63, -1, RT_SPACE_HOST, 1, 64, 67840}, /* 79 */
-  {64, -1, RT_SPACE_HOST, 1, 64, 68096}, /* 80 */
-  {65, -1, RT_SPACE_HOST, 1, 64, 68352}, /* 81 */
-  {2, -1, RT_SPACE_DEVICE, 0, 2048, 4096}, /* 82 */
-  {3, -1, RT_SPACE_DEVICE, 0, 256, 0}, /* 83 */
-  {4, -1, RT_SPACE_DEVICE, 0, 64, 3328}, /* 84 */
-  {5, -1, RT_SPACE_DEVICE, 0, 64, 3584}, /* 85 */
-  {66, -1, RT_SPACE_DEVICE, 0, 256, 14080}, /* 86 */
-  {6, -1, RT_SPACE_DEVICE, 0, 3072, 0}, /* 87 */
-  {7, -1, RT_SPACE_DEVICE, 0, 192, 3072}, /* 88 */
-  {67, -1, RT_SPACE_DEVICE, 0, 256, 14336}, /* 89 */
-  {68, -1, RT_SPACE_DEVICE, 0, 16, 17152}, /* 90 */
-  {69, -1, RT_SPACE_DEVICE, 0, 16, 17408}, /* 91 */
-  {70, -1, RT_SPACE_DEVICE, 0, 768, 13312}, /* 92 */
-  {8, -1, RT_SPACE_DEVICE, 0, 1024, 0}, /* 93 */
-  {9, -1, RT_SPACE_DEVICE, 0, 64, 1280}, /* 94 */
-  {71, -1, RT_SPACE_DEVICE, 0, 256, 14592}, /* 95 */
-  {72, -1, RT_SPACE_DEVICE, 0, 32, 16384}, /* 96 */
-  {73, -1, RT_SPACE_DEVICE, 0, 256, 1024}, /* 97 */
-  {10, -1, RT_SPACE_DEVICE, 0, 64, 11520}, /* 98 */
-  {11, -1, RT_SPACE_DEVICE, 0, 64, 11776}, /* 99 */
-  {74, -1, RT_SPACE_DEVICE, 0, 256, 14848}, /* 100 */
-  {12, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 101 */
-  {13, -1, RT_SPACE_DEVICE, 0, 256, 11264}, /* 102 */
-  {75, -1, RT_SPACE_DEVICE, 0, 256, 15104}, /* 103 */
-  {76, -1, RT_SPACE_DEVICE, 0, 16, 17664}, /* 104 */
-  {77, -1, RT_SPACE_DEVICE, 0, 16, 17920}, /* 105 */
-  {78, -1, RT_SPACE_DEVICE, 0, 1024, 10240}, /* 106 */
-  {14, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 107 */
-  {15, -1, RT_SPACE_DEVICE, 0, 64, 12544}, /* 108 */
-  {79, -1, RT_SPACE_DEVICE, 0, 1024, 11264}, /* 109 */
-  {80, -1, RT_SPACE_DEVICE, 0, 256, 12288}, /* 110 */
-  {16, -1, RT_SPACE_DEVICE, 0, 64, 12544}, /* 111 */
-  {17, -1, RT_SPACE_DEVICE, 0, 64, 12800}, /* 112 */
-  {81, -1, RT_SPACE_DEVICE, 0, 256, 6144}, /* 113 */
-  {82, -1, RT_SPACE_DEVICE, 0, 256, 6400}, /* 114 */
-  {83, -1, RT_SPACE_DEVICE, 0, 16, 16128}, /* 115 */
-  {84, -1, RT_SPACE_DEVICE, 0, 16, 6656}, /* 116 */
-  {85, -1, RT_SPACE_DEVICE, 0, 512, 12288}, /* 117 */
-  {86, -1, RT_SPACE_DEVICE, 0, 4, 18176}, /* 118 */
-  {87, -1, RT_SPACE_DEVICE, 0, 16, 15360}, /* 119 */
-  {2, -1, RT_SPACE_DEVICE, 0, 2048, 0}, /* 120 */
-  {88, -1, RT_SPACE_DEVICE, 0, 512, 12800}, /* 121 */
-  {16, -1, RT_SPACE_DEVICE, 0, 64, 12544}, /* 122 */
-  {89, -1, RT_SPACE_DEVICE, 0, 256, 12288}, /* 123 */
-  {14, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 124 */
-  {90, -1, RT_SPACE_DEVICE, 0, 256, 15360}, /* 125 */
-  {91, -1, RT_SPACE_DEVICE, 0, 1024, 12288}, /* 126 */
-  {12, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 127 */
-  {92, -1, RT_SPACE_DEVICE, 0, 1024, 11264}, /* 128 */
-  {10, -1, RT_SPACE_DEVICE, 0, 64, 10752}, /* 129 */
-  {93, -1, RT_SPACE_DEVICE, 0, 256, 10496}, /* 130 */
-  {94, -1, RT_SPACE_DEVICE, 0, 256, 15104}, /* 131 */
-  {8, -1, RT_SPACE_DEVICE, 0, 1024, 0}, /* 132 */
-  {95, -1, RT_SPACE_DEVICE, 0, 256, 14848}, /* 133 */
-  {96, -1, RT_SPACE_DEVICE, 0, 256, 6912}, /* 134 */
-  {6, -1, RT_SPACE_DEVICE, 0, 3072, 0}, /* 135 */
-  {97, -1, RT_SPACE_DEVICE, 0, 768, 6144}, /* 136 */
-  {-1, 23, RT_SPACE_DEVICE, 0, 256, 7168}, /* 137 */
-  {4, -1, RT_SPACE_DEVICE, 0, 64, 7168}, /* 138 */
-  {98, -1, RT_SPACE_DEVICE, 0, 256, 14592}, /* 139 */
-  {99, -1, RT_SPACE_DEVICE, 0, 256, 14336}, /* 140 */
-  {100, -1, RT_SPACE_DEVICE, 0, 256, 14592}, /* 141 */
+  {23, -1, RT_SPACE_DEVICE, 1, 192, 16384}, /* 28 */
+  {24, -1, RT_SPACE_HOST, 1, 1024, 54272}, /* 29 */
+  {24, -1, RT_SPACE_DEVICE, 0, 1024, 3072}, /* 30 */
+  {25, -1, RT_SPACE_HOST, 1, 64, 62464}, /* 31 */
+  {25, -1, RT_SPACE_DEVICE, 0, 64, 16384}, /* 32 */
+  {26, -1, RT_SPACE_HOST, 1, 64, 62720}, /* 33 */
+  {26, -1, RT_SPACE_DEVICE, 0, 64, 12032}, /* 34 */
+  {27, -1, RT_SPACE_HOST, 1, 64, 62976}, /* 35 */
+  {27, -1, RT_SPACE_DEVICE, 0, 64, 12288}, /* 36 */
+  {28, -1, RT_SPACE_HOST, 1, 4096, 8192}, /* 37 */
+  {28, -1, RT_SPACE_DEVICE, 0, 4096, 4096}, /* 38 */
+  {29, -1, RT_SPACE_DEVICE, 1, 256, 11264}, /* 39 */
+  {30, -1, RT_SPACE_HOST, 1, 4096, 12288}, /* 40 */
+  {30, -1, RT_SPACE_DEVICE, 0, 4096, 4096}, /* 41 */
+  {31, -1, RT_SPACE_HOST, 1, 64, 63232}, /* 42 */
+  {31, -1, RT_SPACE_DEVICE, 0, 64, 18432}, /* 43 */
+  {32, -1, RT_SPACE_DEVICE, 1, 64, 17920}, /* 44 */
+  {33, -1, RT_SPACE_DEVICE, 1, 64, 18176}, /* 45 */
+  {34, -1, RT_SPACE_HOST, 1, 2048, 49152}, /* 46 */
+  {35, -1, RT_SPACE_HOST, 1, 2048, 51200}, /* 47 */
+  {36, -1, RT_SPACE_HOST, 1, 256, 58112}, /* 48 */
+  {37, -1, RT_SPACE_HOST, 1, 256, 58368}, /* 49 */
+  {38, -1, RT_SPACE_HOST, 1, 64, 63488}, /* 50 */
+  {39, -1, RT_SPACE_HOST, 1, 64, 63744}, /* 51 */
+  {40, -1, RT_SPACE_HOST, 1, 64, 64000}, /* 52 */
+  {41, -1, RT_SPACE_HOST, 1, 64, 64256}, /* 53 */
+  {42, -1, RT_SPACE_HOST, 1, 3072, 38912}, /* 54 */
+  {43, -1, RT_SPACE_HOST, 1, 3072, 41984}, /* 55 */
+  {44, -1, RT_SPACE_HOST, 1, 192, 59392}, /* 56 */
+  {45, -1, RT_SPACE_HOST, 1, 192, 59648}, /* 57 */
+  {46, -1, RT_SPACE_HOST, 1, 1024, 55296}, /* 58 */
+  {47, -1, RT_SPACE_HOST, 1, 1024, 56320}, /* 59 */
+  {48, -1, RT_SPACE_HOST, 1, 64, 64512}, /* 60 */
+  {49, -1, RT_SPACE_HOST, 1, 64, 64768}, /* 61 */
+  {50, -1, RT_SPACE_HOST, 1, 64, 65024}, /* 62 */
+  {51, -1, RT_SPACE_HOST, 1, 64, 65280}, /* 63 */
+  {52, -1, RT_SPACE_HOST, 1, 64, 65536}, /* 64 */
+  {53, -1, RT_SPACE_HOST, 1, 64, 65792}, /* 65 */
+  {54, -1, RT_SPACE_HOST, 1, 4096, 16384}, /* 66 */
+  {55, -1, RT_SPACE_HOST, 1, 4096, 20480}, /* 67 */
+  {56, -1, RT_SPACE_HOST, 1, 256, 58624}, /* 68 */
+  {57, -1, RT_SPACE_HOST, 1, 256, 58880}, /* 69 */
+  {58, -1, RT_SPACE_HOST, 1, 4096, 24576}, /* 70 */
+  {59, -1, RT_SPACE_HOST, 1, 4096, 28672}, /* 71 */
+  {60, -1, RT_SPACE_HOST, 1, 64, 66048}, /* 72 */
+  {61, -1, RT_SPACE_HOST, 1, 64, 66304}, /* 73 */
+  {62, -1, RT_SPACE_HOST, 1, 64, 66560}, /* 74 */
+  {63, -1, RT_SPACE_HOST, 1, 64, 66816}, /* 75 */
+  {64, -1, RT_SPACE_HOST, 1, 64, 67072}, /* 76 */
+  {65, -1, RT_SPACE_HOST, 1, 64, 67328}, /* 77 */
+  {2, -1, RT_SPACE_DEVICE, 0, 2048, 4096}, /* 78 */
+  {3, -1, RT_SPACE_DEVICE, 0, 256, 0}, /* 79 */
+  {4, -1, RT_SPACE_DEVICE, 0, 64, 17152}, /* 80 */
+  {5, -1, RT_SPACE_DEVICE, 0, 64, 3072}, /* 81 */
+  {66, -1, RT_SPACE_DEVICE, 0, 256, 15104}, /* 82 */
+  {6, -1, RT_SPACE_DEVICE, 0, 3072, 0}, /* 83 */
+  {7, -1, RT_SPACE_DEVICE, 0, 192, 16896}, /* 84 */
+  {67, -1, RT_SPACE_DEVICE, 0, 256, 15360}, /* 85 */
+  {68, -1, RT_SPACE_DEVICE, 0, 16, 19456}, /* 86 */
+  {69, -1, RT_SPACE_DEVICE, 0, 16, 19712}, /* 87 */
+  {70, -1, RT_SPACE_DEVICE, 0, 768, 14336}, /* 88 */
+  {8, -1, RT_SPACE_DEVICE, 0, 1024, 10240}, /* 89 */
+  {9, -1, RT_SPACE_DEVICE, 0, 64, 15872}, /* 90 */
+  {71, -1, RT_SPACE_DEVICE, 0, 256, 15616}, /* 91 */
+  {72, -1, RT_SPACE_DEVICE, 0, 32, 18688}, /* 92 */
+  {73, -1, RT_SPACE_DEVICE, 0, 256, 11264}, /* 93 */
+  {10, -1, RT_SPACE_DEVICE, 0, 64, 16640}, /* 94 */
+  {11, -1, RT_SPACE_DEVICE, 0, 64, 11520}, /* 95 */
+  {74, -1, RT_SPACE_DEVICE, 0, 256, 15872}, /* 96 */
+  {12, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 97 */
+  {13, -1, RT_SPACE_DEVICE, 0, 256, 16128}, /* 98 */
+  {75, -1, RT_SPACE_DEVICE, 0, 256, 16384}, /* 99 */
+  {76, -1, RT_SPACE_DEVICE, 0, 16, 19968}, /* 100 */
+  {77, -1, RT_SPACE_DEVICE, 0, 16, 20224}, /* 101 */
+  {78, -1, RT_SPACE_DEVICE, 0, 1024, 11264}, /* 102 */
+  {14, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 103 */
+  {15, -1, RT_SPACE_DEVICE, 0, 64, 16640}, /* 104 */
+  {79, -1, RT_SPACE_DEVICE, 0, 1024, 12288}, /* 105 */
+  {80, -1, RT_SPACE_DEVICE, 0, 256, 13312}, /* 106 */
+  {16, -1, RT_SPACE_DEVICE, 0, 64, 16640}, /* 107 */
+  {17, -1, RT_SPACE_DEVICE, 0, 64, 17408}, /* 108 */
+  {81, -1, RT_SPACE_DEVICE, 0, 256, 6144}, /* 109 */
+  {82, -1, RT_SPACE_DEVICE, 0, 256, 6400}, /* 110 */
+  {83, -1, RT_SPACE_DEVICE, 0, 16, 18432}, /* 111 */
+  {84, -1, RT_SPACE_DEVICE, 0, 16, 6656}, /* 112 */
+  {85, -1, RT_SPACE_DEVICE, 0, 512, 13312}, /* 113 */
+  {86, -1, RT_SPACE_DEVICE, 0, 4, 20480}, /* 114 */
+  {87, -1, RT_SPACE_DEVICE, 0, 16, 16640}, /* 115 */
+  {88, -1, RT_SPACE_DEVICE, 0, 512, 13824}, /* 116 */
+  {16, -1, RT_SPACE_DEVICE, 0, 64, 17664}, /* 117 */
+  {89, -1, RT_SPACE_DEVICE, 0, 256, 13312}, /* 118 */
+  {14, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 119 */
+  {90, -1, RT_SPACE_DEVICE, 0, 256, 16640}, /* 120 */
+  {91, -1, RT_SPACE_DEVICE, 0, 1024, 13312}, /* 121 */
+  {12, -1, RT_SPACE_DEVICE, 0, 4096, 0}, /* 122 */
+  {92, -1, RT_SPACE_DEVICE, 0, 1024, 12288}, /* 123 */
+  {10, -1, RT_SPACE_DEVICE, 0, 64, 11776}, /* 124 */
+  {93, -1, RT_SPACE_DEVICE, 0, 256, 11520}, /* 125 */
+  {94, -1, RT_SPACE_DEVICE, 0, 256, 16384}, /* 126 */
+  {95, -1, RT_SPACE_DEVICE, 0, 256, 15872}, /* 127 */
+  {96, -1, RT_SPACE_DEVICE, 0, 256, 6912}, /* 128 */
+  {6, -1, RT_SPACE_DEVICE, 0, 3072, 0}, /* 129 */
+  {97, -1, RT_SPACE_DEVICE, 0, 768, 6144}, /* 130 */
+  {-1, 23, RT_SPACE_DEVICE, 0, 256, 7168}, /* 131 */
+  {98, -1, RT_SPACE_DEVICE, 0, 256, 15616}, /* 132 */
+  {99, -1, RT_SPACE_DEVICE, 0, 256, 15360}, /* 133 */
+  {100, -1, RT_SPACE_DEVICE, 0, 256, 15616}, /* 134 */
+  {44, -1, RT_SPACE_DEVICE, 0, 192, 16640}, /* 135 */
+  {45, -1, RT_SPACE_DEVICE, 0, 192, 11520}, /* 136 */
+  {56, -1, RT_SPACE_DEVICE, 0, 256, 11520}, /* 137 */
+  {57, -1, RT_SPACE_DEVICE, 0, 256, 11776}, /* 138 */
+  {62, -1, RT_SPACE_DEVICE, 0, 64, 16640}, /* 139 */
+  {63, -1, RT_SPACE_DEVICE, 0, 64, 16896}, /* 140 */
+  {64, -1, RT_SPACE_DEVICE, 0, 64, 17152}, /* 141 */
+  {65, -1, RT_SPACE_DEVICE, 0, 64, 11520}, /* 142 */
 };
 
 /* per op: input tensors, then output tensors */
@@ -522,54 +523,54 @@ static const rt_SchedOp ops[44] = {
 
 /* per compute step: input buffers, then output buffers */
 static const int32_t step_io[243] = {
-  0, 82, 83, 86, /* 6 */
-  86, 84, 85, 89, 90, 91, /* 11 */
-  89, 87, 88, 92, /* 14 */
-  92, 95, 96, /* 17 */
-  95, 93, 94, 97, /* 20 */
-  86, 97, 100, /* 23 */
-  100, 98, 99, 103, 104, 105, /* 28 */
-  103, 101, 102, 106, /* 31 */
-  106, 109, /* 34 */
-  109, 107, 108, 110, /* 37 */
-  100, 110, 113, /* 40 */
-  113, 111, 112, 114, 115, 116, /* 43 */
-  114, 82, 117, /* 44 */
-  117, 1, 118, 119, /* 45 */
-  117, 119, 1, 121, /* 47 */
-  121, 114, 120, 123, 19, /* 51 */
-  123, 113, 122, 115, 116, 125, 47, 49, /* 56 */
-  125, 109, 124, 126, 43, 45, /* 62 */
-  126, 106, 128, /* 68 */
-  128, 103, 127, 130, 39, 41, /* 75 */
-  130, 100, 129, 104, 105, 131, 35, 37, /* 81 */
-  125, 131, 133, /* 87 */
-  133, 95, 132, 134, 31, 33, /* 93 */
-  134, 92, 95, 96, 136, /* 97 */
-  136, 89, 135, 139, 27, 29, /* 104 */
-  139, 86, 138, 90, 91, 140, 23, 25, /* 110 */
-  133, 140, 141, /* 115 */
-  141, 0, 19, 21, /* 119 */
-  2, 18, 50, 51, 2, 50, 51, /* 123 */
-  3, 20, 52, 53, 3, 52, 53, /* 125 */
-  4, 22, 54, 55, 4, 54, 55, /* 126 */
-  5, 24, 56, 57, 5, 56, 57, /* 127 */
-  6, 26, 58, 59, 6, 58, 59, /* 128 */
-  7, 28, 60, 61, 7, 60, 61, /* 129 */
-  8, 30, 62, 63, 8, 62, 63, /* 130 */
-  9, 32, 64, 65, 9, 64, 65, /* 131 */
-  10, 34, 66, 67, 10, 66, 67, /* 132 */
-  11, 36, 68, 69, 11, 68, 69, /* 133 */
-  12, 38, 70, 71, 12, 70, 71, /* 134 */
-  13, 40, 72, 73, 13, 72, 73, /* 135 */
-  14, 42, 74, 75, 14, 74, 75, /* 136 */
-  15, 44, 76, 77, 15, 76, 77, /* 137 */
-  16, 46, 78, 79, 16, 78, 79, /* 138 */
-  17, 48, 80, 81, 17, 80, 81, /* 139 */
+  0, 78, 79, 82, /* 6 */
+  82, 80, 81, 85, 86, 87, /* 11 */
+  85, 83, 84, 88, /* 14 */
+  88, 91, 92, /* 17 */
+  91, 89, 90, 93, /* 20 */
+  82, 93, 96, /* 23 */
+  96, 94, 95, 99, 100, 101, /* 28 */
+  99, 97, 98, 102, /* 31 */
+  102, 105, /* 34 */
+  105, 103, 104, 106, /* 37 */
+  96, 106, 109, /* 40 */
+  109, 107, 108, 110, 111, 112, /* 43 */
+  110, 78, 113, /* 44 */
+  113, 1, 114, 115, /* 45 */
+  113, 115, 1, 116, /* 46 */
+  116, 110, 78, 118, 19, /* 49 */
+  118, 109, 117, 111, 112, 120, 44, 45, /* 54 */
+  120, 105, 119, 121, 41, 43, /* 58 */
+  121, 102, 123, /* 62 */
+  123, 99, 122, 125, 38, 39, /* 69 */
+  125, 96, 124, 100, 101, 126, 34, 36, /* 74 */
+  120, 126, 127, /* 78 */
+  127, 91, 89, 128, 30, 32, /* 83 */
+  128, 88, 91, 92, 130, /* 87 */
+  130, 85, 129, 132, 27, 28, /* 93 */
+  132, 82, 80, 86, 87, 133, 23, 25, /* 97 */
+  127, 133, 134, /* 101 */
+  134, 0, 19, 21, /* 105 */
+  2, 18, 46, 47, 2, 46, 47, /* 109 */
+  3, 20, 48, 49, 3, 48, 49, /* 111 */
+  4, 22, 50, 51, 4, 50, 51, /* 112 */
+  5, 24, 52, 53, 5, 52, 53, /* 113 */
+  6, 26, 54, 55, 6, 54, 55, /* 116 */
+  84, 28, 135, 136, 84, 135, 136, /* 119 */
+  8, 29, 58, 59, 8, 58, 59, /* 123 */
+  9, 31, 60, 61, 9, 60, 61, /* 127 */
+  10, 33, 62, 63, 10, 62, 63, /* 128 */
+  11, 35, 64, 65, 11, 64, 65, /* 129 */
+  12, 37, 66, 67, 12, 66, 67, /* 132 */
+  98, 39, 137, 138, 98, 137, 138, /* 135 */
+  14, 40, 70, 71, 14, 70, 71, /* 139 */
+  15, 42, 72, 73, 15, 72, 73, /* 145 */
+  117, 44, 139, 140, 117, 139, 140, /* 150 */
+  108, 45, 141, 142, 108, 141, 142, /* 156 */
 };
 
 /* steps each waits for (on other streams) */
-static const int32_t waits[78] = {
+static const int32_t waits[90] = {
   0, /* 4 */
   1, /* 5 */
   6, /* 7 */
@@ -577,10 +578,9 @@ static const int32_t waits[78] = {
   3, /* 10 */
   7, /* 12 */
   8, /* 13 */
-  14, /* 15 */
   15, /* 18 */
   16, /* 19 */
-  23, /* 24 */
+  14, /* 24 */
   21, /* 26 */
   22, /* 27 */
   24, /* 29 */
@@ -591,223 +591,258 @@ static const int32_t waits[78] = {
   37, /* 38 */
   38, /* 41 */
   39, /* 42 */
-  47, /* 48 */
-  46, /* 49 */
-  51, /* 52 */
-  48, /* 53 */
-  56, /* 57 */
-  52, /* 59 */
-  62, /* 63 */
-  57, /* 65 */
-  58, /* 66 */
-  62, /* 67 */
-  63, /* 69 */
-  64, /* 70 */
-  68, /* 71 */
-  67, /* 72 */
-  75, /* 76 */
-  71, /* 78 */
-  81, /* 82 */
-  76, /* 84 */
-  77, /* 85 */
-  75, /* 86 */
-  82, /* 88 */
-  83, /* 89 */
+  47, /* 51 */
+  50, /* 55 */
+  58, /* 59 */
+  58, /* 61 */
+  59, /* 63 */
+  60, /* 64 */
+  62, /* 65 */
+  61, /* 66 */
+  69, /* 70 */
+  65, /* 71 */
+  74, /* 75 */
+  70, /* 77 */
+  75, /* 79 */
+  76, /* 80 */
+  83, /* 84 */
+  69, /* 86 */
+  84, /* 88 */
+  85, /* 89 */
   86, /* 90 */
   93, /* 94 */
-  93, /* 96 */
-  94, /* 98 */
-  95, /* 99 */
-  97, /* 100 */
-  96, /* 101 */
-  104, /* 105 */
-  100, /* 107 */
+  97, /* 98 */
+  94, /* 100 */
+  98, /* 102 */
+  99, /* 103 */
+  105, /* 106 */
+  106, /* 108 */
+  108, /* 109 */
+  107, /* 110 */
   110, /* 111 */
-  105, /* 113 */
-  106, /* 114 */
-  111, /* 116 */
-  112, /* 117 */
+  102, /* 114 */
+  114, /* 117 */
+  115, /* 118 */
   119, /* 120 */
-  120, /* 122 */
-  122, /* 123 */
-  121, /* 124 */
-  124, /* 125 */
-  123, /* 140 */
-  125, /* 141 */
-  126, /* 142 */
-  127, /* 143 */
-  128, /* 144 */
-  129, /* 145 */
-  130, /* 146 */
-  131, /* 147 */
-  132, /* 148 */
-  133, /* 149 */
-  134, /* 150 */
-  135, /* 151 */
-  136, /* 152 */
-  137, /* 153 */
-  138, /* 154 */
-  139, /* 155 */
+  119, /* 123 */
+  120, /* 124 */
+  121, /* 125 */
+  122, /* 126 */
+  126, /* 127 */
+  126, /* 130 */
+  130, /* 133 */
+  131, /* 134 */
+  135, /* 136 */
+  135, /* 139 */
+  136, /* 140 */
+  137, /* 141 */
+  138, /* 142 */
+  142, /* 145 */
+  141, /* 147 */
+  143, /* 148 */
+  144, /* 149 */
+  150, /* 151 */
+  146, /* 154 */
+  147, /* 155 */
+  156, /* 157 */
+  151, /* 160 */
+  157, /* 161 */
+  158, /* 164 */
+  159, /* 165 */
+  109, /* 166 */
+  111, /* 167 */
+  112, /* 168 */
+  113, /* 169 */
+  116, /* 170 */
+  123, /* 171 */
+  127, /* 172 */
+  128, /* 173 */
+  129, /* 174 */
+  132, /* 175 */
+  139, /* 176 */
+  145, /* 177 */
 };
 
 /* kind, stream, op, recompute, io0, workspace, from, to, wait0, nwait, event */
-static const rt_SchedStep steps[156] = {
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 2, 82, 0, 0, 0}, /* 0 prefetch 2 -> 82 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 3, 83, 0, 0, 1}, /* 1 prefetch 3 -> 83 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 4, 84, 0, 0, 2}, /* 2 prefetch 4 -> 84 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 5, 85, 0, 0, 3}, /* 3 prefetch 5 -> 85 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 82, 0, 1, -1}, /* 4 prefetch_wait 82 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 83, 1, 1, -1}, /* 5 prefetch_wait 83 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 0, 0, -1, -1, -1, 2, 0, 4}, /* 6 compute encoder in 0,82,83 out 86 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 6, 87, 2, 1, 5}, /* 7 prefetch 6 -> 87 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 7, 88, 3, 0, 6}, /* 8 prefetch 7 -> 88 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 84, 3, 1, -1}, /* 9 prefetch_wait 84 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 85, 4, 1, -1}, /* 10 prefetch_wait 85 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 0, 4, -1, -1, -1, 5, 0, -1}, /* 11 compute l0.ln1 in 86,84,85 out 89,90,91 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 87, 5, 1, -1}, /* 12 prefetch_wait 87 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 88, 6, 1, -1}, /* 13 prefetch_wait 88 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 0, 10, -1, -1, -1, 7, 0, 7}, /* 14 compute l0.qkv in 89,87,88 out 92 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 8, 93, 7, 1, 8}, /* 15 prefetch 8 -> 93 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 9, 94, 8, 0, 9}, /* 16 prefetch 9 -> 94 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 3, 0, 14, -1, -1, -1, 8, 0, -1}, /* 17 compute l0.attn in 92 out 95,96 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 93, 8, 1, -1}, /* 18 prefetch_wait 93 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 94, 9, 1, -1}, /* 19 prefetch_wait 94 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 4, 0, 17, -1, -1, -1, 10, 0, -1}, /* 20 compute l0.attproj in 95,93,94 out 97 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 10, 98, 10, 0, 10}, /* 21 prefetch 10 -> 98 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 11, 99, 10, 0, 11}, /* 22 prefetch 11 -> 99 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 5, 0, 21, -1, -1, -1, 10, 0, 12}, /* 23 compute l0.res1 in 86,97 out 100 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 12, 101, 10, 1, 13}, /* 24 prefetch 12 -> 101 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 13, 102, 11, 0, 14}, /* 25 prefetch 13 -> 102 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 98, 11, 1, -1}, /* 26 prefetch_wait 98 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 99, 12, 1, -1}, /* 27 prefetch_wait 99 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 6, 0, 24, -1, -1, -1, 13, 0, -1}, /* 28 compute l0.ln2 in 100,98,99 out 103,104,105 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 101, 13, 1, -1}, /* 29 prefetch_wait 101 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 102, 14, 1, -1}, /* 30 prefetch_wait 102 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 7, 0, 30, -1, -1, -1, 15, 0, 15}, /* 31 compute l0.fc in 103,101,102 out 106 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 14, 107, 15, 1, 16}, /* 32 prefetch 14 -> 107 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 15, 108, 16, 0, 17}, /* 33 prefetch 15 -> 108 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 8, 0, 34, -1, -1, -1, 16, 0, -1}, /* 34 compute l0.gelu in 106 out 109 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 107, 16, 1, -1}, /* 35 prefetch_wait 107 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 108, 17, 1, -1}, /* 36 prefetch_wait 108 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 9, 0, 36, -1, -1, -1, 18, 0, 18}, /* 37 compute l0.fcproj in 109,107,108 out 110 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 16, 111, 18, 1, 19}, /* 38 prefetch 16 -> 111 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 17, 112, 19, 0, 20}, /* 39 prefetch 17 -> 112 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 10, 0, 40, -1, -1, -1, 19, 0, -1}, /* 40 compute l0.res2 in 100,110 out 113 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 111, 19, 1, -1}, /* 41 prefetch_wait 111 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 112, 20, 1, -1}, /* 42 prefetch_wait 112 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 11, 0, 43, -1, -1, -1, 21, 0, -1}, /* 43 compute lnf in 113,111,112 out 114,115,116 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 12, 0, 49, -1, -1, -1, 21, 0, -1}, /* 44 compute lm_head in 114,82 out 117 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 13, 0, 52, -1, -1, -1, 21, 0, -1}, /* 45 compute ce in 117,1 out 118,119 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 2, 120, 21, 0, 21}, /* 46 prefetch 2 -> 120 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 14, 0, 56, -1, -1, -1, 21, 0, 22}, /* 47 compute bwd.ce in 117,119,1 out 121 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 16, 122, 21, 1, 23}, /* 48 prefetch 16 -> 122 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 120, 22, 1, -1}, /* 49 prefetch_wait 120 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 19, 23, 0, -1}, /* 50 zero 19 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 15, 0, 60, -1, -1, -1, 23, 0, 24}, /* 51 compute bwd.lm_head in 121,114,120 out 123,19 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 14, 124, 23, 1, 25}, /* 52 prefetch 14 -> 124 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 122, 24, 1, -1}, /* 53 prefetch_wait 122 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 47, 25, 0, -1}, /* 54 zero 47 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 49, 25, 0, -1}, /* 55 zero 49 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 65, -1, -1, -1, 25, 0, 26}, /* 56 compute bwd.lnf in 123,113,122,115,116 out 125,47,49 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 47, 46, 25, 1, 27}, /* 57 offload 47 -> 46 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 49, 48, 26, 0, 28}, /* 58 offload 49 -> 48 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 124, 26, 1, -1}, /* 59 prefetch_wait 124 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 43, 27, 0, -1}, /* 60 zero 43 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 45, 27, 0, -1}, /* 61 zero 45 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 73, -1, -1, -1, 27, 0, 29}, /* 62 compute bwd.l0.fcproj in 125,109,124 out 126,43,45 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 43, 42, 27, 1, 30}, /* 63 offload 43 -> 42 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 45, 44, 28, 0, 31}, /* 64 offload 45 -> 44 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 47, -1, 28, 1, -1}, /* 65 offload_wait 47 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 49, -1, 29, 1, -1}, /* 66 offload_wait 49 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 12, 127, 30, 1, 32}, /* 67 prefetch 12 -> 127 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 79, -1, -1, -1, 31, 0, 33}, /* 68 compute bwd.l0.gelu in 126,106 out 128 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 43, -1, 31, 1, -1}, /* 69 offload_wait 43 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 45, -1, 32, 1, -1}, /* 70 offload_wait 45 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 10, 129, 33, 1, 34}, /* 71 prefetch 10 -> 129 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 127, 34, 1, -1}, /* 72 prefetch_wait 127 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 39, 35, 0, -1}, /* 73 zero 39 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 41, 35, 0, -1}, /* 74 zero 41 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 82, -1, -1, -1, 35, 0, 35}, /* 75 compute bwd.l0.fc in 128,103,127 out 130,39,41 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 39, 38, 35, 1, 36}, /* 76 offload 39 -> 38 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 41, 40, 36, 0, 37}, /* 77 offload 41 -> 40 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 129, 36, 1, -1}, /* 78 prefetch_wait 129 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 35, 37, 0, -1}, /* 79 zero 35 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 37, 37, 0, -1}, /* 80 zero 37 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 88, -1, -1, -1, 37, 0, 38}, /* 81 compute bwd.l0.ln2 in 130,100,129,104,105 out 131,35,37 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 35, 34, 37, 1, 39}, /* 82 offload 35 -> 34 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 37, 36, 38, 0, 40}, /* 83 offload 37 -> 36 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 39, -1, 38, 1, -1}, /* 84 offload_wait 39 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 41, -1, 39, 1, -1}, /* 85 offload_wait 41 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 8, 132, 40, 1, 41}, /* 86 prefetch 8 -> 132 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 96, -1, -1, -1, 41, 0, -1}, /* 87 compute acc.l0.res1.y in 125,131 out 133 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 35, -1, 41, 1, -1}, /* 88 offload_wait 35 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 37, -1, 42, 1, -1}, /* 89 offload_wait 37 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 132, 43, 1, -1}, /* 90 prefetch_wait 132 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 31, 44, 0, -1}, /* 91 zero 31 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 33, 44, 0, -1}, /* 92 zero 33 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 99, -1, -1, -1, 44, 0, 42}, /* 93 compute bwd.l0.attproj in 133,95,132 out 134,31,33 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 31, 30, 44, 1, 43}, /* 94 offload 31 -> 30 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 33, 32, 45, 0, 44}, /* 95 offload 33 -> 32 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 6, 135, 45, 1, 45}, /* 96 prefetch 6 -> 135 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 105, 137, -1, -1, 46, 0, 46}, /* 97 compute bwd.l0.attn in 134,92,95,96 out 136 ws 137 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 31, -1, 46, 1, -1}, /* 98 offload_wait 31 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 33, -1, 47, 1, -1}, /* 99 offload_wait 33 */
-  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 4, 138, 48, 1, 47}, /* 100 prefetch 4 -> 138 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 135, 49, 1, -1}, /* 101 prefetch_wait 135 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 27, 50, 0, -1}, /* 102 zero 27 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 29, 50, 0, -1}, /* 103 zero 29 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 110, -1, -1, -1, 50, 0, 48}, /* 104 compute bwd.l0.qkv in 136,89,135 out 139,27,29 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 27, 26, 50, 1, 49}, /* 105 offload 27 -> 26 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 29, 28, 51, 0, 50}, /* 106 offload 29 -> 28 */
-  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 138, 51, 1, -1}, /* 107 prefetch_wait 138 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 23, 52, 0, -1}, /* 108 zero 23 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 25, 52, 0, -1}, /* 109 zero 25 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 116, -1, -1, -1, 52, 0, 51}, /* 110 compute bwd.l0.ln1 in 139,86,138,90,91 out 140,23,25 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 23, 22, 52, 1, 52}, /* 111 offload 23 -> 22 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 25, 24, 53, 0, 53}, /* 112 offload 25 -> 24 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 27, -1, 53, 1, -1}, /* 113 offload_wait 27 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 29, -1, 54, 1, -1}, /* 114 offload_wait 29 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 124, -1, -1, -1, 55, 0, -1}, /* 115 compute acc.l0.x in 133,140 out 141 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 23, -1, 55, 1, -1}, /* 116 offload_wait 23 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 25, -1, 56, 1, -1}, /* 117 offload_wait 25 */
-  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 21, 57, 0, -1}, /* 118 zero 21 */
-  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 127, -1, -1, -1, 57, 0, 54}, /* 119 compute bwd.encoder in 141,0 out 19,21 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 19, 18, 57, 1, 55}, /* 120 offload 19 -> 18 */
-  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 21, 20, 58, 0, 56}, /* 121 offload 21 -> 20 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 19, -1, 58, 1, 57}, /* 122 offload_wait 19 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 28, 0, 131, -1, -1, -1, 59, 1, 58}, /* 123 host_compute adamw.wte in 2,18,50,51 out 2,50,51 */
-  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 21, -1, 60, 1, 59}, /* 124 offload_wait 21 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 29, 0, 138, -1, -1, -1, 61, 1, 60}, /* 125 host_compute adamw.wpe in 3,20,52,53 out 3,52,53 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 30, 0, 145, -1, -1, -1, 62, 0, 61}, /* 126 host_compute adamw.l0.ln1.w in 4,22,54,55 out 4,54,55 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 31, 0, 152, -1, -1, -1, 62, 0, 62}, /* 127 host_compute adamw.l0.ln1.b in 5,24,56,57 out 5,56,57 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 32, 0, 159, -1, -1, -1, 62, 0, 63}, /* 128 host_compute adamw.l0.qkv.w in 6,26,58,59 out 6,58,59 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 33, 0, 166, -1, -1, -1, 62, 0, 64}, /* 129 host_compute adamw.l0.qkv.b in 7,28,60,61 out 7,60,61 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 34, 0, 173, -1, -1, -1, 62, 0, 65}, /* 130 host_compute adamw.l0.attproj.w in 8,30,62,63 out 8,62,63 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 35, 0, 180, -1, -1, -1, 62, 0, 66}, /* 131 host_compute adamw.l0.attproj.b in 9,32,64,65 out 9,64,65 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 36, 0, 187, -1, -1, -1, 62, 0, 67}, /* 132 host_compute adamw.l0.ln2.w in 10,34,66,67 out 10,66,67 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 37, 0, 194, -1, -1, -1, 62, 0, 68}, /* 133 host_compute adamw.l0.ln2.b in 11,36,68,69 out 11,68,69 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 38, 0, 201, -1, -1, -1, 62, 0, 69}, /* 134 host_compute adamw.l0.fc.w in 12,38,70,71 out 12,70,71 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 39, 0, 208, -1, -1, -1, 62, 0, 70}, /* 135 host_compute adamw.l0.fc.b in 13,40,72,73 out 13,72,73 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 40, 0, 215, -1, -1, -1, 62, 0, 71}, /* 136 host_compute adamw.l0.fcproj.w in 14,42,74,75 out 14,74,75 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 41, 0, 222, -1, -1, -1, 62, 0, 72}, /* 137 host_compute adamw.l0.fcproj.b in 15,44,76,77 out 15,76,77 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 42, 0, 229, -1, -1, -1, 62, 0, 73}, /* 138 host_compute adamw.lnf.w in 16,46,78,79 out 16,78,79 */
-  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 43, 0, 236, -1, -1, -1, 62, 0, 74}, /* 139 host_compute adamw.lnf.b in 17,48,80,81 out 17,80,81 */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 28, 0, -1, -1, -1, -1, 62, 1, -1}, /* 140 host_compute_wait adamw.wte */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 29, 0, -1, -1, -1, -1, 63, 1, -1}, /* 141 host_compute_wait adamw.wpe */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 30, 0, -1, -1, -1, -1, 64, 1, -1}, /* 142 host_compute_wait adamw.l0.ln1.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 31, 0, -1, -1, -1, -1, 65, 1, -1}, /* 143 host_compute_wait adamw.l0.ln1.b */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 32, 0, -1, -1, -1, -1, 66, 1, -1}, /* 144 host_compute_wait adamw.l0.qkv.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 33, 0, -1, -1, -1, -1, 67, 1, -1}, /* 145 host_compute_wait adamw.l0.qkv.b */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 34, 0, -1, -1, -1, -1, 68, 1, -1}, /* 146 host_compute_wait adamw.l0.attproj.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 35, 0, -1, -1, -1, -1, 69, 1, -1}, /* 147 host_compute_wait adamw.l0.attproj.b */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 36, 0, -1, -1, -1, -1, 70, 1, -1}, /* 148 host_compute_wait adamw.l0.ln2.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 37, 0, -1, -1, -1, -1, 71, 1, -1}, /* 149 host_compute_wait adamw.l0.ln2.b */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 38, 0, -1, -1, -1, -1, 72, 1, -1}, /* 150 host_compute_wait adamw.l0.fc.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 39, 0, -1, -1, -1, -1, 73, 1, -1}, /* 151 host_compute_wait adamw.l0.fc.b */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 40, 0, -1, -1, -1, -1, 74, 1, -1}, /* 152 host_compute_wait adamw.l0.fcproj.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 41, 0, -1, -1, -1, -1, 75, 1, -1}, /* 153 host_compute_wait adamw.l0.fcproj.b */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 42, 0, -1, -1, -1, -1, 76, 1, -1}, /* 154 host_compute_wait adamw.lnf.w */
-  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 43, 0, -1, -1, -1, -1, 77, 1, -1}, /* 155 host_compute_wait adamw.lnf.b */
+static const rt_SchedStep steps[178] = {
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 2, 78, 0, 0, 0}, /* 0 prefetch 2 -> 78 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 3, 79, 0, 0, 1}, /* 1 prefetch 3 -> 79 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 4, 80, 0, 0, 2}, /* 2 prefetch 4 -> 80 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 5, 81, 0, 0, 3}, /* 3 prefetch 5 -> 81 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 78, 0, 1, -1}, /* 4 prefetch_wait 78 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 79, 1, 1, -1}, /* 5 prefetch_wait 79 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 0, 0, 0, -1, -1, -1, 2, 0, 4}, /* 6 compute encoder in 0,78,79 out 82 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 6, 83, 2, 1, 5}, /* 7 prefetch 6 -> 83 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 7, 84, 3, 0, 6}, /* 8 prefetch 7 -> 84 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 80, 3, 1, -1}, /* 9 prefetch_wait 80 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 81, 4, 1, -1}, /* 10 prefetch_wait 81 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 1, 0, 4, -1, -1, -1, 5, 0, -1}, /* 11 compute l0.ln1 in 82,80,81 out 85,86,87 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 83, 5, 1, -1}, /* 12 prefetch_wait 83 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 84, 6, 1, -1}, /* 13 prefetch_wait 84 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 2, 0, 10, -1, -1, -1, 7, 0, 7}, /* 14 compute l0.qkv in 85,83,84 out 88 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 8, 89, 7, 0, 8}, /* 15 prefetch 8 -> 89 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 9, 90, 7, 0, 9}, /* 16 prefetch 9 -> 90 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 3, 0, 14, -1, -1, -1, 7, 0, -1}, /* 17 compute l0.attn in 88 out 91,92 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 89, 7, 1, -1}, /* 18 prefetch_wait 89 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 90, 8, 1, -1}, /* 19 prefetch_wait 90 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 4, 0, 17, -1, -1, -1, 9, 0, -1}, /* 20 compute l0.attproj in 91,89,90 out 93 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 10, 94, 9, 0, 10}, /* 21 prefetch 10 -> 94 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 11, 95, 9, 0, 11}, /* 22 prefetch 11 -> 95 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 5, 0, 21, -1, -1, -1, 9, 0, -1}, /* 23 compute l0.res1 in 82,93 out 96 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 12, 97, 9, 1, 12}, /* 24 prefetch 12 -> 97 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 13, 98, 10, 0, 13}, /* 25 prefetch 13 -> 98 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 94, 10, 1, -1}, /* 26 prefetch_wait 94 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 95, 11, 1, -1}, /* 27 prefetch_wait 95 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 6, 0, 24, -1, -1, -1, 12, 0, -1}, /* 28 compute l0.ln2 in 96,94,95 out 99,100,101 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 97, 12, 1, -1}, /* 29 prefetch_wait 97 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 98, 13, 1, -1}, /* 30 prefetch_wait 98 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 7, 0, 30, -1, -1, -1, 14, 0, 14}, /* 31 compute l0.fc in 99,97,98 out 102 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 14, 103, 14, 1, 15}, /* 32 prefetch 14 -> 103 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 15, 104, 15, 0, 16}, /* 33 prefetch 15 -> 104 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 8, 0, 34, -1, -1, -1, 15, 0, -1}, /* 34 compute l0.gelu in 102 out 105 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 103, 15, 1, -1}, /* 35 prefetch_wait 103 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 104, 16, 1, -1}, /* 36 prefetch_wait 104 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 9, 0, 36, -1, -1, -1, 17, 0, 17}, /* 37 compute l0.fcproj in 105,103,104 out 106 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 16, 107, 17, 1, 18}, /* 38 prefetch 16 -> 107 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 17, 108, 18, 0, 19}, /* 39 prefetch 17 -> 108 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 10, 0, 40, -1, -1, -1, 18, 0, -1}, /* 40 compute l0.res2 in 96,106 out 109 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 107, 18, 1, -1}, /* 41 prefetch_wait 107 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 108, 19, 1, -1}, /* 42 prefetch_wait 108 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 11, 0, 43, -1, -1, -1, 20, 0, -1}, /* 43 compute lnf in 109,107,108 out 110,111,112 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 12, 0, 49, -1, -1, -1, 20, 0, -1}, /* 44 compute lm_head in 110,78 out 113 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 13, 0, 52, -1, -1, -1, 20, 0, -1}, /* 45 compute ce in 113,1 out 114,115 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 14, 0, 56, -1, -1, -1, 20, 0, -1}, /* 46 compute bwd.ce in 113,115,1 out 116 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 16, 117, 20, 0, 20}, /* 47 prefetch 16 -> 117 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 19, 20, 0, -1}, /* 48 zero 19 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 15, 0, 60, -1, -1, -1, 20, 0, -1}, /* 49 compute bwd.lm_head in 116,110,78 out 118,19 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 14, 119, 20, 0, 21}, /* 50 prefetch 14 -> 119 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 117, 20, 1, -1}, /* 51 prefetch_wait 117 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 44, 21, 0, -1}, /* 52 zero 44 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 45, 21, 0, -1}, /* 53 zero 45 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 16, 0, 65, -1, -1, -1, 21, 0, -1}, /* 54 compute bwd.lnf in 118,109,117,111,112 out 120,44,45 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 119, 21, 1, -1}, /* 55 prefetch_wait 119 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 41, 22, 0, -1}, /* 56 zero 41 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 43, 22, 0, -1}, /* 57 zero 43 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 17, 0, 73, -1, -1, -1, 22, 0, 22}, /* 58 compute bwd.l0.fcproj in 120,105,119 out 121,41,43 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 41, 40, 22, 1, 23}, /* 59 offload 41 -> 40 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 43, 42, 23, 0, 24}, /* 60 offload 43 -> 42 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 12, 122, 23, 1, 25}, /* 61 prefetch 12 -> 122 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 18, 0, 79, -1, -1, -1, 24, 0, 26}, /* 62 compute bwd.l0.gelu in 121,102 out 123 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 41, -1, 24, 1, -1}, /* 63 offload_wait 41 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 43, -1, 25, 1, -1}, /* 64 offload_wait 43 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 10, 124, 26, 1, 27}, /* 65 prefetch 10 -> 124 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 122, 27, 1, -1}, /* 66 prefetch_wait 122 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 38, 28, 0, -1}, /* 67 zero 38 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 39, 28, 0, -1}, /* 68 zero 39 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 19, 0, 82, -1, -1, -1, 28, 0, 28}, /* 69 compute bwd.l0.fc in 123,99,122 out 125,38,39 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 38, 37, 28, 1, 29}, /* 70 offload 38 -> 37 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 124, 29, 1, -1}, /* 71 prefetch_wait 124 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 34, 30, 0, -1}, /* 72 zero 34 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 36, 30, 0, -1}, /* 73 zero 36 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 20, 0, 88, -1, -1, -1, 30, 0, 30}, /* 74 compute bwd.l0.ln2 in 125,96,124,100,101 out 126,34,36 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 34, 33, 30, 1, 31}, /* 75 offload 34 -> 33 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 36, 35, 31, 0, 32}, /* 76 offload 36 -> 35 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 38, -1, 31, 1, -1}, /* 77 offload_wait 38 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 21, 0, 96, -1, -1, -1, 32, 0, -1}, /* 78 compute acc.l0.res1.y in 120,126 out 127 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 34, -1, 32, 1, -1}, /* 79 offload_wait 34 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 36, -1, 33, 1, -1}, /* 80 offload_wait 36 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 30, 34, 0, -1}, /* 81 zero 30 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 32, 34, 0, -1}, /* 82 zero 32 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 22, 0, 99, -1, -1, -1, 34, 0, 33}, /* 83 compute bwd.l0.attproj in 127,91,89 out 128,30,32 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 30, 29, 34, 1, 34}, /* 84 offload 30 -> 29 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 32, 31, 35, 0, 35}, /* 85 offload 32 -> 31 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 6, 129, 35, 1, 36}, /* 86 prefetch 6 -> 129 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 23, 0, 105, 131, -1, -1, 36, 0, -1}, /* 87 compute bwd.l0.attn in 128,88,91,92 out 130 ws 131 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 30, -1, 36, 1, -1}, /* 88 offload_wait 30 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 32, -1, 37, 1, -1}, /* 89 offload_wait 32 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 129, 38, 1, -1}, /* 90 prefetch_wait 129 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 27, 39, 0, -1}, /* 91 zero 27 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 28, 39, 0, -1}, /* 92 zero 28 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 24, 0, 110, -1, -1, -1, 39, 0, 37}, /* 93 compute bwd.l0.qkv in 130,85,129 out 132,27,28 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 27, 26, 39, 1, 38}, /* 94 offload 27 -> 26 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 23, 40, 0, -1}, /* 95 zero 23 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 25, 40, 0, -1}, /* 96 zero 25 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 25, 0, 116, -1, -1, -1, 40, 0, 39}, /* 97 compute bwd.l0.ln1 in 132,82,80,86,87 out 133,23,25 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 23, 22, 40, 1, 40}, /* 98 offload 23 -> 22 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 25, 24, 41, 0, 41}, /* 99 offload 25 -> 24 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 27, -1, 41, 1, -1}, /* 100 offload_wait 27 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 26, 0, 124, -1, -1, -1, 42, 0, -1}, /* 101 compute acc.l0.x in 127,133 out 134 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 23, -1, 42, 1, 42}, /* 102 offload_wait 23 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 25, -1, 43, 1, -1}, /* 103 offload_wait 25 */
+  {RT_STEP_ZERO, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 21, 44, 0, -1}, /* 104 zero 21 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 27, 0, 127, -1, -1, -1, 44, 0, 43}, /* 105 compute bwd.encoder in 134,0 out 19,21 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 19, 18, 44, 1, 44}, /* 106 offload 19 -> 18 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 21, 20, 45, 0, 45}, /* 107 offload 21 -> 20 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 19, -1, 45, 1, 46}, /* 108 offload_wait 19 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 28, 0, 131, -1, -1, -1, 46, 1, 47}, /* 109 host_compute adamw.wte in 2,18,46,47 out 2,46,47 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 21, -1, 47, 1, 48}, /* 110 offload_wait 21 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 29, 0, 138, -1, -1, -1, 48, 1, 49}, /* 111 host_compute adamw.wpe in 3,20,48,49 out 3,48,49 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 30, 0, 145, -1, -1, -1, 49, 0, 50}, /* 112 host_compute adamw.l0.ln1.w in 4,22,50,51 out 4,50,51 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 31, 0, 152, -1, -1, -1, 49, 0, 51}, /* 113 host_compute adamw.l0.ln1.b in 5,24,52,53 out 5,52,53 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 56, 135, 49, 1, 52}, /* 114 prefetch 56 -> 135 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 57, 136, 50, 0, 53}, /* 115 prefetch 57 -> 136 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 32, 0, 159, -1, -1, -1, 50, 0, 54}, /* 116 host_compute adamw.l0.qkv.w in 6,26,54,55 out 6,54,55 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 135, 50, 1, -1}, /* 117 prefetch_wait 135 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 136, 51, 1, -1}, /* 118 prefetch_wait 136 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 33, 0, 166, -1, -1, -1, 52, 0, 55}, /* 119 compute adamw.l0.qkv.b in 84,28,135,136 out 84,135,136 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 84, 7, 52, 1, 56}, /* 120 offload 84 -> 7 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 135, 56, 53, 0, 57}, /* 121 offload 135 -> 56 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 136, 57, 53, 0, 58}, /* 122 offload 136 -> 57 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 34, 0, 173, -1, -1, -1, 53, 1, 59}, /* 123 host_compute adamw.l0.attproj.w in 8,29,58,59 out 8,58,59 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 84, -1, 54, 1, -1}, /* 124 offload_wait 84 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 135, -1, 55, 1, -1}, /* 125 offload_wait 135 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 136, -1, 56, 1, 60}, /* 126 offload_wait 136 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 35, 0, 180, -1, -1, -1, 57, 1, 61}, /* 127 host_compute adamw.l0.attproj.b in 9,31,60,61 out 9,60,61 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 36, 0, 187, -1, -1, -1, 58, 0, 62}, /* 128 host_compute adamw.l0.ln2.w in 10,33,62,63 out 10,62,63 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 37, 0, 194, -1, -1, -1, 58, 0, 63}, /* 129 host_compute adamw.l0.ln2.b in 11,35,64,65 out 11,64,65 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 68, 137, 58, 1, 64}, /* 130 prefetch 68 -> 137 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 69, 138, 59, 0, 65}, /* 131 prefetch 69 -> 138 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 38, 0, 201, -1, -1, -1, 59, 0, 66}, /* 132 host_compute adamw.l0.fc.w in 12,37,66,67 out 12,66,67 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 137, 59, 1, -1}, /* 133 prefetch_wait 137 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 138, 60, 1, -1}, /* 134 prefetch_wait 138 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 39, 0, 208, -1, -1, -1, 61, 0, 67}, /* 135 compute adamw.l0.fc.b in 98,39,137,138 out 98,137,138 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 98, 13, 61, 1, 68}, /* 136 offload 98 -> 13 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 137, 68, 62, 0, 69}, /* 137 offload 137 -> 68 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 138, 69, 62, 0, 70}, /* 138 offload 138 -> 69 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 40, 0, 215, -1, -1, -1, 62, 1, 71}, /* 139 host_compute adamw.l0.fcproj.w in 14,40,70,71 out 14,70,71 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 98, -1, 63, 1, -1}, /* 140 offload_wait 98 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 137, -1, 64, 1, 72}, /* 141 offload_wait 137 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 138, -1, 65, 1, 73}, /* 142 offload_wait 138 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 74, 139, 66, 0, 74}, /* 143 prefetch 74 -> 139 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 75, 140, 66, 0, 75}, /* 144 prefetch 75 -> 140 */
+  {RT_STEP_HOST_COMPUTE, RT_STREAM_HOST, 41, 0, 222, -1, -1, -1, 66, 1, 76}, /* 145 host_compute adamw.l0.fcproj.b in 15,42,72,73 out 15,72,73 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 76, 141, 67, 0, 77}, /* 146 prefetch 76 -> 141 */
+  {RT_STEP_PREFETCH, RT_STREAM_H2D, -1, 0, -1, -1, 77, 142, 67, 1, 78}, /* 147 prefetch 77 -> 142 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 139, 68, 1, -1}, /* 148 prefetch_wait 139 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 140, 69, 1, -1}, /* 149 prefetch_wait 140 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 42, 0, 229, -1, -1, -1, 70, 0, 79}, /* 150 compute adamw.lnf.w in 117,44,139,140 out 117,139,140 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 117, 16, 70, 1, 80}, /* 151 offload 117 -> 16 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 139, 74, 71, 0, -1}, /* 152 offload 139 -> 74 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 140, 75, 71, 0, -1}, /* 153 offload 140 -> 75 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 141, 71, 1, -1}, /* 154 prefetch_wait 141 */
+  {RT_STEP_PREFETCH_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, -1, 142, 72, 1, -1}, /* 155 prefetch_wait 142 */
+  {RT_STEP_COMPUTE, RT_STREAM_COMPUTE, 43, 0, 236, -1, -1, -1, 73, 0, 81}, /* 156 compute adamw.lnf.b in 108,45,141,142 out 108,141,142 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 108, 17, 73, 1, 82}, /* 157 offload 108 -> 17 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 141, 76, 74, 0, 83}, /* 158 offload 141 -> 76 */
+  {RT_STEP_OFFLOAD, RT_STREAM_D2H, -1, 0, -1, -1, 142, 77, 74, 0, 84}, /* 159 offload 142 -> 77 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 117, -1, 74, 1, -1}, /* 160 offload_wait 117 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 108, -1, 75, 1, -1}, /* 161 offload_wait 108 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 139, -1, 76, 0, -1}, /* 162 offload_wait 139 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 140, -1, 76, 0, -1}, /* 163 offload_wait 140 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 141, -1, 76, 1, -1}, /* 164 offload_wait 141 */
+  {RT_STEP_OFFLOAD_WAIT, RT_STREAM_COMPUTE, -1, 0, -1, -1, 142, -1, 77, 1, -1}, /* 165 offload_wait 142 */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 28, 0, -1, -1, -1, -1, 78, 1, -1}, /* 166 host_compute_wait adamw.wte */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 29, 0, -1, -1, -1, -1, 79, 1, -1}, /* 167 host_compute_wait adamw.wpe */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 30, 0, -1, -1, -1, -1, 80, 1, -1}, /* 168 host_compute_wait adamw.l0.ln1.w */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 31, 0, -1, -1, -1, -1, 81, 1, -1}, /* 169 host_compute_wait adamw.l0.ln1.b */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 32, 0, -1, -1, -1, -1, 82, 1, -1}, /* 170 host_compute_wait adamw.l0.qkv.w */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 34, 0, -1, -1, -1, -1, 83, 1, -1}, /* 171 host_compute_wait adamw.l0.attproj.w */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 35, 0, -1, -1, -1, -1, 84, 1, -1}, /* 172 host_compute_wait adamw.l0.attproj.b */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 36, 0, -1, -1, -1, -1, 85, 1, -1}, /* 173 host_compute_wait adamw.l0.ln2.w */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 37, 0, -1, -1, -1, -1, 86, 1, -1}, /* 174 host_compute_wait adamw.l0.ln2.b */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 38, 0, -1, -1, -1, -1, 87, 1, -1}, /* 175 host_compute_wait adamw.l0.fc.w */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 40, 0, -1, -1, -1, -1, 88, 1, -1}, /* 176 host_compute_wait adamw.l0.fcproj.w */
+  {RT_STEP_HOST_WAIT, RT_STREAM_COMPUTE, 41, 0, -1, -1, -1, -1, 89, 1, -1}, /* 177 host_compute_wait adamw.l0.fcproj.b */
 };
 
 static const rt_Schedule schedule = {
@@ -815,9 +850,9 @@ static const rt_Schedule schedule = {
   "gpt2-micro-host-optimizer", "0.1.0", "gpt2-micro",
   "d0b039089ba38789b84053923a1f832bf613c12960f12d3b758ee52856c6a927",
   "host-optimizer-seed", "ilp", "feasible",
-  0.14535006860479038, 4.3437199999999998e-05,
-  31842, 18180, 68416, 256, 15940,
-  RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 75,
+  0.032597463529225046, 4.3235599999999996e-05,
+  31842, 20484, 67392, 256, 17604,
+  RT_SCHED_LEN(tensors), RT_SCHED_LEN(buffers), RT_SCHED_LEN(ops), RT_SCHED_LEN(steps), 85,
   tensors, buffers, ops, op_io, attrs, steps, step_io, waits,
   RT_SCHED_LEN(op_io), RT_SCHED_LEN(attrs), RT_SCHED_LEN(step_io), RT_SCHED_LEN(waits)
 };
