@@ -595,14 +595,15 @@ double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o
  * rule (1,381.5 at m - 1), 1,318.6 at both from the point. */
 static void from_point(Search *s, Decision *point) {
   int64_t budget = s->o->budget_bytes;
-  double deadline = s->o->time_limit > 0 && s->o->deadline > 0 ? s->o->deadline : HUGE_VAL, before = s->best_step;
+  double before = s->best_step;
   Err e = {{0}};
   Plan *p = plan_from_decisions(s->g, s->d, point, &e);
   if (!p) return;
   if (p->arena_bytes > budget) plan_ilp_repair_arena(s->g, s->d, budget, point, p->arena_bytes);
   plan_free(p);
   consider(s, point, &s->si, any_on_host(s->g, point));
-  if (plan_ilp_homes_search(s->g, s->d, budget, point, deadline) == 1) consider(s, point, &s->si, any_on_host(s->g, point));
+  /* No deadline: the relaxation whose point this is runs without --time-limit. */
+  if (plan_ilp_homes_search(s->g, s->d, budget, point, HUGE_VAL) == 1) consider(s, point, &s->si, any_on_host(s->g, point));
   if (s->best_step != before) refine(s);
 }
 
