@@ -154,10 +154,7 @@ static int64_t consider(Search *s, const Decision *dec, const SolverInfo *si, bo
  * the budget and is faster than the best so far becomes the best. */
 static int64_t judge_homes(Search *s, int k, const SolverInfo *si) {
   const Graph *g = s->g;
-  /* The ilp decides stashed tensors only: its other entries say nothing
-   * (keep-all's are DEC_KEEP), and a resident one is on the device. */
-  for (int t = 0; t < g->ntensors; t++)
-    if (!g->tensors[t].stashed) s->act[t] = DEC_NONE;
+  /* s->act is the ilp's (plan_decide_ilp: every resident DEC_NONE). */
   for (int i = 0; i < k; i++) s->act[s->cand[i]] = s->how[s->cand[i]];
   int64_t arena = consider(s, s->act, si, false);
   double fastest = arena >= 0 ? s->last_step : HUGE_VAL;

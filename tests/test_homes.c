@@ -271,12 +271,10 @@ static void check_predicted_gain(void) {
   o.budget_bytes = least;
   SolverInfo isi = {.name = "none", .status = "not_used"};
   int rc = plan_decide_ilp(g, d, &o, dec, &isi, &e);
-  for (int t = 0; t < n; t++) {
-    if (!g->tensors[t].stashed) dec[t] = DEC_NONE;
+  for (int t = 0; t < n; t++)
     if (g->tensors[t].kind == KIND_OPTSTATE && plan_home_allowed(g, t, DEC_HOST) &&
         (cand < 0 || g->tensors[t].bytes > g->tensors[cand].bytes))
       cand = t;
-  }
   memcpy(homed, dec, (size_t)n * sizeof *homed);
   if (cand >= 0) homed[cand] = plan_home_allowed(g, cand, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
   Plan *device = rc ? NULL : plan_from_decisions(g, d, dec, &e);
@@ -308,8 +306,6 @@ static void check_predicted_gain(void) {
   SolverInfo ssi = {.name = "none", .status = "not_used"};
   Plan *q = NULL;
   if (p && !plan_decide_ilp(g, &dd, &so, homed, &ssi, &e)) {
-    for (int t = 0; t < n; t++)
-      if (!g->tensors[t].stashed) homed[t] = DEC_NONE;
     homed[cand] = plan_home_allowed(g, cand, DEC_HOST_REFETCH) ? DEC_HOST_REFETCH : DEC_HOST;
     q = plan_from_decisions(g, d, homed, &e);
   }
@@ -368,15 +364,18 @@ int main(void) {
   /* The search over homes starts from the ilp's decisions: a resident
    * tensor read as DEC_KEEP there was no home to build a host optimizer
    * from, so keep-all's vector (zeroed: DEC_KEEP) never took one. */
-  T_CASE("the ilp decides stashed tensors alone: every other DEC_NONE, at keep-all's budget and at its smallest") {
+  T_CASE("the ilp decides stashed tensors alone: every other DEC_NONE, at keep-all's budget, at its smallest and in its refusal below") {
     Decision *dec = malloc((size_t)g->ntensors * sizeof *dec);
-    int64_t budgets[] = {INT64_MAX / 4, least};
-    for (int b = 0; dec && b < 2; b++) {
+    int64_t budgets[] = {INT64_MAX / 4, least, least - 1};
+    for (int b = 0; dec && b < 3; b++) {
       PlanOptions at = o;
       at.budget_bytes = budgets[b];
       SolverInfo isi = {.name = "none", .status = "not_used"};
+      Err refused = {{0}};
       for (int t = 0; t < g->ntensors; t++) dec[t] = DEC_HOST; /* poisoned: the ilp writes every entry */
-      T_CHECKF(plan_decide_ilp(g, d, &at, dec, &isi, &e) == 0, "%s", e.msg);
+      /* Below its smallest budget the ilp refuses, dec its memory-minimizing plan. */
+      int rc = plan_decide_ilp(g, d, &at, dec, &isi, &refused);
+      T_CHECKF(b < 2 ? rc == 0 : rc != 0, "budget %" PRId64 ": rc %d %s", budgets[b], rc, refused.msg);
       int wrong = 0;
       for (int t = 0; t < g->ntensors; t++) wrong += !g->tensors[t].stashed && dec[t] != DEC_NONE;
       T_CHECKF(wrong == 0, "budget %" PRId64 ": %d tensors it does not decide are not DEC_NONE", budgets[b], wrong);

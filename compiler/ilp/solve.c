@@ -869,8 +869,9 @@ int plan_decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Decis
    * device, DEC_NONE: the search over homes reads DEC_KEEP as no home
    * and took no host optimizer from such a vector (gpt2-1558m at
    * keep-all's arena: keep-all, 5% slower than the host optimizer's plan
-   * one byte lower). */
-  for (int t = 0; rc == 0 && t < g->ntensors; t++)
+   * at bench_ilp's f = 0.75). On a refusal too: dec is then the
+   * memory-minimizing plan, which the homes rule starts from. */
+  for (int t = 0; t < g->ntensors; t++)
     if (!g->tensors[t].stashed) dec[t] = DEC_NONE;
   return rc;
 }
