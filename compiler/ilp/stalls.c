@@ -90,6 +90,33 @@ static void add_window(Ilp *md, int stream, int a, int b0, int b, int c, double 
   md->win[md->nwin++] = (Window){stream, a, b0, b, c, cap};
 }
 
+/* Whether window [a, b] of stream s (its copies' time SUM, its compute
+ * CAP) is kept: only if no window implies it. One ending earlier (b')
+ * does when copies(a, b) - copies(a, b') <= the compute from b' to b even
+ * with every copy made, and one starting later (a') when copies(a, b) -
+ * copies(a', b) <= the compute from a to a' (its Q[a'-1] is no less). So
+ * the row must exceed *MOST, the most of copies - end time of the earlier
+ * ends from a, and LATEST[b], the most of copies + start time of the
+ * later starts to b (both updated here); and it must be able to bind at
+ * all. The windows are walked with a falling, b rising from a. */
+static bool window_kept(const Ilp *md, int s, int a, int b, double sum, double cap, double *most, double *latest) {
+  double past_end = sum - due_time(md, s, b), before_start = sum + issue_time(md, s, a);
+  bool keep = sum > cap && past_end > *most && before_start > latest[b];
+  *most = fmax(*most, past_end);
+  latest[b] = fmax(latest[b], before_start);
+  return keep;
+}
+
+/* Window [a, b]'s capacity row, its running sum C in column c:
+ * Q[b] - Q[a-1] - C >= -cap. */
+static void window_row(Ilp *md, int a, int b, int c, double cap, int *cols, double *vals) {
+  int k = 0;
+  cols[k] = md->col_q[b], vals[k++] = 1;
+  if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
+  cols[k] = c, vals[k++] = -1;
+  if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+}
+
 /* The windows in the order ilp_eval_stalls walks them (BY_B: grouped by
  * their end op, as group_by_op gives them), each with the index there of
  * the window before it in its group: every pass over them then reads one
@@ -204,30 +231,13 @@ void ilp_build_stalls(Ilp *md) {
           int t = md->due_list[stream][i];
           if (in_window(md, stream, t, a, b)) cols[k] = md->colO[t], vals[k] = -md->copy_us[stream][t], sum -= vals[k++];
         }
-        if (k == k0) continue;
-        /* Kept only if no window implies it: one ending earlier (b') does
-         * when copies(a, b) - copies(a, b') <= the compute from b' to b even
-         * with every copy offloaded, and one starting later (a') when
-         * copies(a, b) - copies(a', b) <= the compute from a to a' (its Q[a'-1]
-         * is no less). So each row must exceed the most of copies - end time
-         * of the earlier ends, and of copies + start time of the later
-         * starts; and it must be able to bind at all. */
-        double past_end = sum - due_time(md, stream, b), before_start = sum + issue_time(md, stream, a);
-        bool keep = sum > cap && past_end > most && before_start > latest[b];
-        most = fmax(most, past_end);
-        latest[b] = fmax(latest[b], before_start);
-        if (!keep) continue;
+        if (k == k0 || !window_kept(md, stream, a, b, sum, cap, &most, latest)) continue;
         int c = ilp_new_col(md, 0, HUGE_VAL, 0, false);
         cols[k] = c, vals[k++] = 1;
         if (prev >= 0) cols[k] = prev, vals[k++] = -1;
         if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
         prev = c;
-        /* Q[b] - Q[a-1] - C >= -cap */
-        k = 0;
-        cols[k] = md->col_q[b], vals[k++] = 1;
-        if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
-        cols[k] = c, vals[k++] = -1;
-        if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+        window_row(md, a, b, c, cap, cols, vals);
         add_window(md, stream, a, b0, b, c, cap);
         b0 = b + 1, k = 0;
       }
@@ -392,9 +402,10 @@ static int terms_take(Terms *t, int *cols, double *vals, int k) {
  * whose ends are not copies' issue and due ops is only looser. Every
  * issue and due op as ends, as the activations' windows take them, gave
  * gpt2-124m's midpoint 33,160 rows of 307,812 nonzeros and a 5.1 s
- * relaxation. Pruned as ilp_build_stalls' windows, by maxima that count
- * each copy once (every column at 1, the X that removes a copy at 0), so
- * a window left out is implied by one kept for every vector. */
+ * relaxation. Pruned as ilp_build_stalls' windows (window_kept), by
+ * maxima that count each copy once (every column at 1, the X that removes
+ * a copy at 0), so a window left out is implied by one kept for every
+ * vector. */
 static void home_windows(Ilp *md, int s, const Copy *cp, int nc, Terms *tm, int *cols, double *vals, const char *point,
                          double *latest) {
   int n = md->g->nops, *first = NULL, *by_due = NULL;
@@ -420,23 +431,14 @@ static void home_windows(Ilp *md, int s, const Copy *cp, int nc, Terms *tm, int 
       if (!point[b] || !added) continue;
       double cap = due_time(md, s, b) - issue_time(md, s, a);
       if (cap > total) break; /* later ones cannot bind */
-      double past_end = sum - due_time(md, s, b), before_start = sum + issue_time(md, s, a);
-      bool keep = sum > cap && past_end > most && before_start > latest[b];
-      most = fmax(most, past_end);
-      latest[b] = fmax(latest[b], before_start);
-      if (!keep) continue;
+      if (!window_kept(md, s, a, b, sum, cap, &most, latest)) continue;
       int c = ilp_new_col(md, 0, HUGE_VAL, 0, false), k = 0;
       cols[k] = c, vals[k++] = 1;
       if (prev >= 0) cols[k] = prev, vals[k++] = -1;
       k = terms_take(tm, cols, vals, k);
       if (milp_add_row(&md->m, 0, 0, k, cols, vals) < 0) md->failed = true;
       prev = c, added = false;
-      /* Q[b] - Q[a-1] - C >= -cap */
-      k = 0;
-      cols[k] = md->col_q[b], vals[k++] = 1;
-      if (a) cols[k] = md->col_q[a - 1], vals[k++] = -1;
-      cols[k] = c, vals[k++] = -1;
-      if (milp_add_row(&md->m, -cap, HUGE_VAL, k, cols, vals) < 0) md->failed = true;
+      window_row(md, a, b, c, cap, cols, vals);
     }
     terms_take(tm, cols, vals, 0); /* the copies after the last row kept */
   }
