@@ -25,10 +25,12 @@ static const struct {
 } commands[] = {
     {"plan", "  ration plan GRAPH --device D [--budget BYTES|P%] [--strategy S] [--time-limit SEC]\n"
              "                    [--solver glpk|cbc] [--costs FILE] [--timeline FILE.svg] [-d] [--check]\n"
-             "                    [--tight-bound] -o OUT\n"
+             "                    [--tight-bound] [--start PLAN.json] -o OUT\n"
              "      writes OUT.plan.json, OUT.sched.c and OUT.sched.h; --check writes nothing and\n"
              "      exits 1 naming what changed when OUT.sched.c or OUT.sched.h is stale; --tight-bound\n"
-             "      bounds a plan with host homes by one more LP (its gap tighter, the plan the same)\n"},
+             "      bounds a plan with host homes by one more LP (its gap tighter, the plan the same);\n"
+             "      --start starts from a plan of GRAPH (at a smaller budget, say) and returns none\n"
+             "      slower where it fits the budget\n"},
     {"simulate", "  ration simulate GRAPH PLAN [--device D] [--costs FILE] [--trace]\n"},
     {"info", "  ration info GRAPH [--device D]\n"},
     {"model", "  ration model gpt2|llama|unet [--layers N --dim N --heads N --kv-heads N --ffn N --vocab N --vocab-pad N\n"
@@ -186,7 +188,8 @@ static void dump_plan(const Plan *p, const Graph *g) {
 }
 
 static int cmd_plan(int argc, char **argv) {
-  const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL, *timeline = NULL;
+  const char *graph_path = NULL, *device_name = NULL, *budget = NULL, *out = NULL, *costs = NULL, *timeline = NULL,
+             *start_path = NULL;
   PlanOptions o = {.strategy = "ilp", .solver = "glpk", .quiet = !isatty(2)};
   double start = util_now(); /* --time-limit caps the whole command from here */
   bool dump = false, check = false;
@@ -195,7 +198,7 @@ static int cmd_plan(int argc, char **argv) {
     const char **val = !strcmp(a, "--device") ? &device_name : !strcmp(a, "--budget") ? &budget
                      : !strcmp(a, "-o") ? &out : !strcmp(a, "--strategy") ? &o.strategy
                      : !strcmp(a, "--solver") ? &o.solver : !strcmp(a, "--costs") ? &costs
-                     : !strcmp(a, "--timeline") ? &timeline : NULL;
+                     : !strcmp(a, "--timeline") ? &timeline : !strcmp(a, "--start") ? &start_path : NULL;
     if (val) {
       if (i + 1 >= argc) die_usage("%s needs a value", a);
       *val = argv[++i];
@@ -225,6 +228,15 @@ static int cmd_plan(int argc, char **argv) {
   if (costs && cost_load_profile(g, d, costs, &e)) die(&e);
   o.budget_bytes = budget ? parse_budget(budget, g, d, &e) : d->memory - d->reserve;
   if (o.budget_bytes < 0) die(&e);
+  /* A plan of this graph at another budget (the same one at a smaller
+   * budget, typically): the ilp starts from its decisions and returns
+   * nothing slower where they fit (plan.c's judge_hint). */
+  Plan *from = NULL;
+  if (start_path) {
+    if (strcmp(o.strategy, "ilp")) die_usage("--start needs the ilp strategy, not %s", o.strategy);
+    if (!(from = plan_load(start_path, g, &e))) die(&e);
+    o.hint = from->decisions;
+  }
   /* Writing the plan and the schedule (synced) comes after the deadline:
    * the planner stops early enough for it, PLAN_WRITE_READS times what
    * reading the inputs took (so at the machine's present load). */
@@ -267,6 +279,7 @@ static int cmd_plan(int argc, char **argv) {
          p->predicted.stall_seconds);
   buf_free(&json);
   plan_free(p);
+  plan_free(from);
   device_free(d);
   graph_free(g);
   return 0;

@@ -29,7 +29,9 @@ while IFS="$tab" read -r kind file msg; do
     no_output "plan --costs $file";;
   plan)
     [ "$has_simulate" -gt 0 ] || { echo "skip simulate $file (no simulate command)"; continue; }
-    expect_fail "simulate $file" "$want" "$RATION" simulate "$G" "$f" --device "$D";;
+    expect_fail "simulate $file" "$want" "$RATION" simulate "$G" "$f" --device "$D"
+    expect_fail "plan --start $file" "$want" "$RATION" plan "$G" --device "$D" --start "$f" -o "$tmp/out"
+    no_output "plan --start $file";;
   *) fail "CASES: unknown kind $kind";;
   esac
 done < tests/bad/CASES

@@ -46,6 +46,10 @@ keep=$($R plan models/gpt2-tiny.json --device h100-sxm-80g --strategy keep-all -
 if printf '%s' "$off" | grep -q ", arena [0-9.]* MiB, host 17.63 MiB, step " && ! printf '%s' "$keep" | grep -q host &&
    grep -q '"host_bytes": 18489344' "$tmp/off.plan.json"; then ok "plan: the summary shows host bytes when there are any"
 else fail "plan: the summary shows host bytes when there are any" "$off / $keep"; fi
+expect_fail "plan --start with a strategy other than ilp: one line, exit 2" "ration: --start needs the ilp strategy, not keep-all" \
+  $R plan models/gpt2-tiny.json --device h100-sxm-80g --strategy keep-all --start "$tmp/off.plan.json" -o "$tmp/start"
+if [ -z "$(ls "$tmp" | grep '^start')" ]; then ok "plan --start refused: nothing written"
+else fail "plan --start refused: nothing written" "$(ls "$tmp")"; fi
 cd "$tmp/elsewhere"
 expect_fail "an unknown profile, in another directory: where it was looked for" \
   'no file "nope" and no profile nope.json in $RATION_DEVICES' $R info "$G" --device nope

@@ -8,7 +8,8 @@
 # their smallest budget takes minutes) and `ration report`'s ilp sweep at
 # f = 0, 0.25, 0.5, 0.75 and 1 have a plan at every budget with a predicted
 # step that never rises; each plan, made again, has the same bytes
-# (solver.seconds aside).
+# (solver.seconds aside). Plans started from the plan at the budget below
+# (`ration plan --start`) never rise either.
 . tests/lib.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 dev=h100-sxm-80g
@@ -80,4 +81,17 @@ EOS
   if why=$(monotone "$tmp/s-$n.txt"); then ok "$n: plan at m - 1, m, m + 1% alone, step time never rises"
   else fail "$n: plan at m - 1, m, m + 1% alone, step time never rises" "$why"; fi
 done
+# `ration plan --start`: each plan started from the one at the budget
+# below never rises, where plans alone do (gpt2:2:256:512:4 on
+# rtx4090-24g, 2026-11-30: 634.3 us at 77,700,000 bytes, 678.5 at
+# 78,000,000 and 660.8 at 80,000,000: two ends of the search over homes).
+n=gpt2-2-rtx4090-24g; : >"$tmp/c-$n.txt"; from=""
+for b in 77700000 78000000 80000000 82000000; do
+  if $RATION plan "$tmp/$n.json" --device rtx4090-24g --budget "$b" $from -o "$tmp/c$b" >/dev/null 2>"$tmp/err"; then
+    echo "$b 1 $(field "$tmp/c$b.plan.json" predicted step_seconds)" >>"$tmp/c-$n.txt"
+  else echo "$b 0 0" >>"$tmp/c-$n.txt"; fi
+  from="--start $tmp/c$b.plan.json"
+done
+if why=$(monotone "$tmp/c-$n.txt"); then ok "$n: plan --start from the budget below, step time never rises"
+else fail "$n: plan --start from the budget below, step time never rises" "$why"; fi
 t_done
