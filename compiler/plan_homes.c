@@ -797,10 +797,14 @@ int plan_decide_placed(const Graph *g, const Device *d, const PlanOptions *o, De
   first.defer_proof = host_compute(d, o) && o->time_limit <= 0;
   bool stands;
   layout_memo_enter(); /* the rule's many ilp runs and searches share one memo of packs */
+  plan_ilp_bases_enter(); /* ... and their relaxations' bases */
   int rc = decide_placed(g, d, &first, dec, si, e, &stands);
+  plan_ilp_bases_leave();
   if (rc == 0 && stands && si->proof_deferred) {
     SolverInfo deferred = *si;
+    plan_ilp_bases_enter();
     rc = decide_placed(g, d, o, dec, si, e, &stands);
+    plan_ilp_bases_leave();
     plan_add_work(si, &deferred);
     si->seconds += deferred.seconds;
   }

@@ -236,16 +236,66 @@ enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2, GOAL_NO_PROOF = 4, GOAL_D
  * a round). Kept with the model's shape it belongs to. */
 typedef struct Warm {
   int *basis;
-  int nrows, ncols;
+  int nrows, ncols, nnz;
 } Warm;
+
+/* Within one planning run (plan_ilp_bases_enter/leave: the homes rule's
+ * many ilp runs) the last optimal basis of each model shape carries from
+ * one run to the next, as from round to round, for the models whose
+ * relaxation is the whole proof (no tree): the homes rule solves the same
+ * model at other activation budgets and host memories, which change
+ * column bounds only (llama80-32k of bench/bench_large.sh at its smallest
+ * budget: a relaxation that stopped at its count after 66.5 s finished in
+ * 142 dual iterations, 1.4 s, from the run before it). Not where a tree
+ * follows: it starts from the relaxation's vertex, which a warm start can
+ * move among equal optima (encdec-4 seed 2 of bench/gen_graph.py at f =
+ * 0.1: 1,870.8 -> 1,873.1 us). Per thread, so that runs on other threads
+ * never see each other's bases and a plan stays a function of its
+ * inputs. */
+#define ILP_RUN_BASES 4
+static _Thread_local Warm run_bases[ILP_RUN_BASES];
+static _Thread_local int run_depth;
+
+void plan_ilp_bases_enter(void) { run_depth++; }
+
+void plan_ilp_bases_leave(void) {
+  if (--run_depth > 0) return;
+  for (int i = 0; i < ILP_RUN_BASES; i++) free(run_bases[i].basis), run_bases[i] = (Warm){.basis = NULL};
+}
+
+/* The basis kept for MODEL's shape, or NULL. */
+static const int *warm_basis(const Warm *warm, int nwarm, const MilpModel *model) {
+  for (int i = 0; i < nwarm; i++)
+    if (warm[i].basis && warm[i].nrows == model->nrows && warm[i].ncols == model->ncols && warm[i].nnz == model->nnz)
+      return warm[i].basis;
+  return NULL;
+}
+
+/* BASIS (taken) as the one kept for MODEL's shape: in that shape's slot,
+ * else an empty one, else the first (the oldest: slots fill in order). */
+static void keep_basis(Warm *warm, int nwarm, const MilpModel *model, int *basis) {
+  int at = 0;
+  while (at < nwarm && warm[at].basis &&
+         !(warm[at].nrows == model->nrows && warm[at].ncols == model->ncols && warm[at].nnz == model->nnz))
+    at++;
+  if (at == nwarm) {
+    at = nwarm - 1;
+    free(warm[0].basis);
+    memmove(warm, warm + 1, (size_t)(nwarm - 1) * sizeof *warm);
+  } else {
+    free(warm[at].basis);
+  }
+  warm[at] = (Warm){.basis = basis, .nrows = model->nrows, .ncols = model->ncols, .nnz = model->nnz};
+}
 
 /* 0: solved (best->ok when something fits; *relaxed when the LP
  * relaxation finished); 1: no start fits the limit, so there is nothing to
  * start from (the caller has the memory-minimizing plan to offer as extra);
- * -1: error. WARM (or NULL): the last solve's basis, in and out. */
+ * -1: error. OWN (or NULL): the last round's basis, in and out; RUN (or
+ * NULL): the planning run's bases by model shape (run_bases). */
 static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64_t limit, int goal,
                     const Decision *extra, Decision *const *excluded, int nexcluded, double deadline, Candidate *best,
-                    Pool *pool, SolverInfo *si, bool *relaxed, double tree_work, Warm *warm, Err *e) {
+                    Pool *pool, SolverInfo *si, bool *relaxed, double tree_work, Warm *own, Warm *run, Err *e) {
   *relaxed = false;
   si->simplex_iterations = si->nodes = 0;
   Decision *st[sizeof baselines / sizeof baselines[0] + 3];
@@ -344,7 +394,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   /* There the relaxation is the whole proof and its count binds: the queue
    * rows (45% of gpt2-1558m's nonzeros) go in lazily (milp.c), and the count
    * is over the rest. */
-  bool warm_start = warm && warm->basis && warm->nrows == md.m.nrows && warm->ncols == md.m.ncols;
+  bool carried = no_tree && run;
+  const int *basis = own ? warm_basis(own, 1, &md.m) : NULL;
+  if (!basis && carried) basis = warm_basis(run, ILP_RUN_BASES, &md.m);
+  bool warm_start = basis != NULL;
   bool lazy = no_tree && !warm_start; /* a basis has every row in */
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
   MilpOptions mo = {.solver = o->solver ? o->solver : "glpk", .time_limit = deadline < HUGE_VAL ? fmax(0.01, deadline - util_now()) : 0,
@@ -353,7 +406,7 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .tree_iterations = cheap_tree ? (long)fmax(1, tree_work / fmax(1, (double)md.m.nnz)) : 0,
                     .neighbourhood_nodes = node_limit(&md.m, ILP_NEIGHBOURHOOD_WORK), .no_pump = cheap_tree,
                     .good_gap = !cheap_tree ? ILP_GOOD_GAP : 0,
-                    .skip_tree = no_tree, .loose_ub = warm_start ? NULL : loose, .warm_basis = warm_start ? warm->basis : NULL,
+                    .skip_tree = no_tree, .loose_ub = warm_start ? NULL : loose, .warm_basis = basis,
                     .lazy_first = md.queue_rows[0], .lazy_end = lazy ? md.queue_rows[1] : 0, .neighbourhoods = !no_tree ? 2 : loose ? 0 : 1,
                     .lp_iterations = (long)(ILP_LP_WORK / fmax(1, (double)(md.m.nnz - (lazy ? md.queue_nnz : 0)))),
                     .polish = ilp_polish_x, .polish_ctx = &pol, .search = ilp_search_x,
@@ -364,9 +417,13 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
                     .proof_iterations = cheap_tree ? (long)fmax(1, tree_work * (ILP_PROOF_WORK / ILP_TREE_WORK) / fmax(1, (double)md.m.nnz)) : 0};
   MilpResult r;
   if (milp_solve(&md.m, &mo, &r, e)) goto out;
-  if (warm && r.basis) {
-    free(warm->basis);
-    *warm = (Warm){.basis = r.basis, .nrows = md.m.nrows, .ncols = md.m.ncols};
+  if (r.basis && carried) {
+    size_t size = ((size_t)md.m.nrows + md.m.ncols) * sizeof *r.basis;
+    int *copy = util_xcalloc(size + 1, 1);
+    if (copy) keep_basis(run, ILP_RUN_BASES, &md.m, memcpy(copy, r.basis, size));
+  }
+  if (r.basis && own) {
+    keep_basis(own, 1, &md.m, r.basis);
     r.basis = NULL;
   }
   if (r.status == MILP_FAILED) {
@@ -445,7 +502,7 @@ static int min_memory_plan(const Graph *g, const Device *d, const PlanOptions *o
   if (proven) *proven = 0;
   note[0] = 0;
   if (plan_homes_least_peak(g, d, o) >= 0) goal |= GOAL_NO_PROOF;
-  int rc = solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK, NULL, e);
+  int rc = solve_at(g, d, o, INT64_MAX / 4, goal, NULL, NULL, 0, deadline, &c, NULL, &si, &relaxed, ILP_TREE_WORK, NULL, NULL, e);
   if (work) plan_add_work(work, &si);
   if (rc || !c.ok) return -1;
   /* The bound is in MiB through GLPK's tolerances: a millionth below it. */
@@ -581,7 +638,7 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
   Twin twins[ILP_TWINS_MAX]; /* the answers repaired so far */
   int ntwins = 0;
   SolverInfo work = {.simplex_iterations = 0}; /* every solve's, added up */
-  Warm warm = {.basis = NULL};
+  Warm own = {.basis = NULL}; /* this run's rounds' */
   /* The first-change and the fastest repairs of this budget's answers. */
   Repairs repairs[2] = {{.ntensors = g->ntensors}, {.ntensors = g->ntensors}};
   Pool pool;
@@ -650,7 +707,7 @@ static int decide_ilp(const Graph *g, const Device *d, const PlanOptions *o, Dec
      * 24 rounds, 120 s with the whole count each; 550.01 us in 13.7 s so,
      * 554.77 us with a count shared by all rounds). */
     int s = solve_at(g, d, o, limit, goal, mm_ok ? mm : NULL, excluded, nexcluded, deadline, &c, &pool, &rsi, &rel,
-                     ILP_TREE_WORK / (round + 1), &warm, e);
+                     ILP_TREE_WORK / (round + 1), &own, run_depth > 0 ? run_bases : NULL, e);
     plan_add_work(&work, &rsi);
     if (s < 0) goto out;
     if (s > 0) { /* the quick one first; the MILP's if that does not fit either */
@@ -850,7 +907,7 @@ out:
   free(best);
   free(mm);
   free(repaired);
-  free(warm.basis);
+  free(own.basis);
   ilp_repairs_free(&repairs[0]);
   ilp_repairs_free(&repairs[1]);
   for (int i = 0; i < nexcluded; i++) free(excluded[i]);
