@@ -581,7 +581,8 @@ double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o
 }
 
 /* The point of the bound's relaxation (plan_ilp_homes_bound: homes, host
- * optimizers and activations together), rounded into POINT: repaired to
+ * optimizers and activations together), rounded into POINT, or its
+ * MILP's solution: repaired to
  * the budget where its layout overshoots (on graphs the repair takes),
  * then the ilp's search over homes from it, each judged like every
  * candidate; where one wins, the refinement again. The rule's homes come
@@ -762,10 +763,26 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
    * 0.96 -> 1.74 s, llama3-8b's 8.1 -> 14.2 s with the point) and runs
    * for the bound alone, on request (--tight-bound). */
   bool with_point = g->nops <= HOMES_POINT_OPS;
-  if ((o->homes_bound || with_point) && o->time_limit <= 0) { /* its LP has a count, not a deadline */
-    bool rounded;
-    bound = fmax(bound, plan_ilp_homes_bound(g, d, o->budget_bytes, &s.work.simplex_iterations, s.alt, &rounded));
-    if (rounded && with_point) from_point(&s, s.alt);
+  if ((o->homes_bound || with_point) && o->time_limit <= 0) { /* its LP and tree have counts, not a deadline */
+    /* There the exact model is solved as a MILP too (plan_ilp_homes_bound),
+     * and its relaxation's point and its solution are two more
+     * candidates, after the relaxed model's point (so the path up to
+     * them is as without them, and no plan is slower): the exact
+     * model's point is not always the better start (gpt2:2:256:512:4 on
+     * l4-24g at m + 1%: 1,251.7 us from it, 1,243.1 from the relaxed
+     * one's), and where the tree's count runs out its solution can be
+     * slower than either point's plan. */
+    HomesSolve hs = {.point = s.alt};
+    if (with_point) {
+      hs.integral = util_xcalloc((size_t)n + 1, sizeof(Decision));
+      hs.exact_point = util_xcalloc((size_t)n + 1, sizeof(Decision));
+    }
+    bound = fmax(bound, plan_ilp_homes_bound(g, d, o->budget_bytes, &hs));
+    s.work.simplex_iterations += hs.simplex_iterations, s.work.nodes += hs.nodes;
+    if (hs.rounded && with_point) from_point(&s, s.alt);
+    if (hs.exact_rounded) from_point(&s, hs.exact_point);
+    if (hs.solved) from_point(&s, hs.integral);
+    free(hs.integral), free(hs.exact_point);
   }
   memcpy(dec, s.best, (size_t)n * sizeof *dec);
   *si = s.si;

@@ -542,18 +542,38 @@ int64_t plan_homes_least_peak(const Graph *g, const Device *d, const PlanOptions
  * host compute) can take off the compute stream while the host stream
  * stays no longer. */
 double plan_homes_bound_us(const Graph *g, const Device *d, const PlanOptions *o);
+/* What plan_ilp_homes_bound is asked for and answers besides the bound. */
+typedef struct HomesSolve {
+  /* Not NULL: where the relaxation was solved, the decisions its point
+   * rounds to (homes, host optimizers with their operands homed, stashed
+   * decisions), and `rounded` set; they may not fit the budget. */
+  Decision *point;
+  bool rounded;
+  /* Not NULL, on graphs of at most 200 ops: the exact model (its memory
+   * rows the evaluated model's, every op a window end) is solved as a
+   * MILP too, with counted work; where it found a solution, its
+   * decisions are written here and `solved` set (they may not fit the
+   * budget by layout), with its objective in the model, and `optimal`
+   * where the tree closed. */
+  Decision *integral;
+  /* ... and where not NULL, its relaxation's point rounded as `point`,
+   * `exact_rounded` set. */
+  Decision *exact_point;
+  bool exact_rounded, solved, optimal;
+  double objective;
+  /* The relaxation's bound and the MILP's (0: none claimed or not run). */
+  double lp_bound, milp_bound;
+  int64_t simplex_iterations, nodes; /* the work done, added to */
+} HomesSolve;
 /* A bound on the ilp model's objective (us) of every vector of the
  * family at a budget, homes and host optimizers and activations together:
  * the relaxation of the model with homes (ilp_build_homes_bound,
- * docs/PLANNING.md section 3, "The bound over homes"); 0 where none is
- * claimed (copies that take a share of the compute stream, a home or host
- * optimizer the model has no column for, a relaxation unsolved). Its
- * simplex iterations are added to *iterations. Where POINT is not NULL
- * and the relaxation was solved, the decisions its point rounds to are
- * written there (homes, host optimizers with their operands homed,
- * stashed decisions) and *rounded set; they may not fit the budget. */
-double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations, Decision *point,
-                            bool *rounded);
+ * docs/PLANNING.md section 3, "The bound over homes"), or where hs has
+ * the MILP run, the larger of the relaxation's and the MILP's bound; 0
+ * where none is claimed (copies that take a share of the compute stream,
+ * a home or host optimizer the model has no column for, a relaxation
+ * unsolved). */
+double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, HomesSolve *hs);
 int64_t plan_ilp_predicted_peak(const Graph *g, const Device *d, const Decision *dec, Err *e);
 /* The ILP model's objective (us) for a decision vector, -1 outside the model:
  * what the solver minimizes; the plan reports the simulator's step. */

@@ -178,8 +178,9 @@ static void check_tight_bound(void) {
   Plan *p = d && !graph_add_runtime_tensor(g, d->runtime_bytes, &e) ? plan_make(g, d, &o, &e) : NULL;
   o.homes_bound = true;
   Plan *t = p ? plan_make(g, d, &o, &e) : NULL;
-  int64_t lp = 0;
-  double bound = t ? plan_ilp_homes_bound(g, d, o.budget_bytes, &lp, NULL, NULL) : 0;
+  HomesSolve hs = {0};
+  double bound = t ? plan_ilp_homes_bound(g, d, o.budget_bytes, &hs) : 0;
+  int64_t lp = hs.simplex_iterations;
   T_CASE("--tight-bound on gpt2-124m: a plan with homes, the same with the option, its bound the relaxation's") {
     T_CHECKF(p && t && count_homes(p, g) > 0, "%s", e.msg);
     T_CHECKF(p && t && t->predicted.step_seconds == p->predicted.step_seconds &&
@@ -290,9 +291,12 @@ static void check_predicted_gain(void) {
   Plan *p = device && home ? plan_make(g, d, &po, &e) : NULL;
   /* On a graph this small the rule's plan with homes is also bounded,
    * and its point searched, by the relaxation over homes
-   * (plan_ilp_homes_bound), whose iterations are counted too. */
-  int64_t bound_iterations = 0;
-  if (p && count_homes(p, g) > 0) plan_ilp_homes_bound(g, d, least, &bound_iterations, NULL, NULL);
+   * (plan_ilp_homes_bound, its relaxation and its MILP), whose
+   * iterations are counted too. */
+  HomesSolve hs = {.integral = calloc((size_t)n + 1, sizeof(Decision))};
+  if (p && count_homes(p, g) > 0) plan_ilp_homes_bound(g, d, least, &hs);
+  free(hs.integral);
+  int64_t bound_iterations = hs.simplex_iterations;
   T_CASE("predicted gain: the solve not paid for, the plan's counted work the ilp's own and its bound's")
     T_CHECKF(p && p->solver.simplex_iterations == isi.simplex_iterations + bound_iterations,
              "%" PRId64 " simplex iterations, the ilp's %" PRId64 " and the bound's %" PRId64 " %s",

@@ -253,8 +253,8 @@ static void check_objective_homes(const Graph *g, const Device *d, int n, unsign
      * (it fits there) is at most its objective: every fifth vector, where
      * the bound is claimed (no copy share). */
     if (p && it % 5 == 0 && d->copy_compute_share <= 0) {
-      int64_t iterations = 0;
-      double lp = plan_ilp_homes_bound(g, d, p->arena_bytes, &iterations, NULL, NULL);
+      HomesSolve hs = {0};
+      double lp = plan_ilp_homes_bound(g, d, p->arena_bytes, &hs);
       bounded++;
       if (lp > model * (1 + 1e-9)) {
         bound_above++;

@@ -44,12 +44,12 @@ static void home_terms(Ilp *md, int t, Decision how, const HomeCopies *h, int co
   }
   ilp_term(md, md->grp_first[h->issue[0]], md->grp_comp[last_fwd], &on, bytes);
   ilp_term(md, md->grp_first[h->issue[1]], end, &on, bytes);
-  /* A bound model leaves it out: it only adds bytes, so the memory rows
-   * without it admit every vector they admitted (a relaxation), and its
-   * product columns made the relaxation degenerate (31,005 simplex
-   * iterations instead of 515 at gpt2-124m's midpoint, docs/PLANNING.md
-   * section 3). */
-  if (!md->bound_only) ilp_early_need(md, t, &on, last_fwd, h->need[1], h->issue[1], bytes);
+  /* A bound model that is not exact leaves it out: it only adds bytes,
+   * so the memory rows without it admit every vector they admitted (a
+   * relaxation), and its product columns made the relaxation degenerate
+   * (31,005 simplex iterations instead of 515 at gpt2-124m's midpoint,
+   * docs/PLANNING.md section 3). */
+  if (!md->bound_only || md->bound_exact) ilp_early_need(md, t, &on, last_fwd, h->need[1], h->issue[1], bytes);
 }
 
 /* t homed as `how` has static windows: the step writes it (a device copy
@@ -236,10 +236,11 @@ static void build_x(Ilp *md, int gr, Decision *dec, int *cap) {
   for (int i = 0; i < n; i++) {
     int t = ops[i];
     ilp_term(md, from[i], to[i], &off, g->tensors[t].bytes);
-    /* A bound model leaves it out, as F's early need (home_terms): it
-     * only adds bytes; with it the relaxation took 1,737 simplex
-     * iterations at gpt2-124m's midpoint, 1,572 without, the same bound. */
-    if (!fetch[i] && !md->bound_only) ilp_extension(md, t, from[i], &on, g->tensors[t].bytes);
+    /* A bound model that is not exact leaves it out, as F's early need
+     * (home_terms): it only adds bytes; with it the relaxation took 1,737
+     * simplex iterations at gpt2-124m's midpoint, 1,572 without, the same
+     * bound. */
+    if (!fetch[i] && (!md->bound_only || md->bound_exact)) ilp_extension(md, t, from[i], &on, g->tensors[t].bytes);
     for (int s = 0; s < 2; s++)
       for (int k = 0; k < md->nhcopy[s]; k++) {
         HomeCopy *c = &md->hcopy[s][k];
@@ -368,35 +369,72 @@ static void round_point(const Ilp *md, const double *x, Decision *dec) {
   }
 }
 
-double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, int64_t *iterations, Decision *point,
-                            bool *rounded) {
-  if (rounded) *rounded = false;
-  /* Where copies take a share of the compute stream the window rows are
-   * not bounds of the queues (docs/PLANNING.md section 4); on a
-   * unified_memory device nothing is homed. */
-  if (d->unified_memory || d->copy_compute_share > 0) return 0;
+/* The MILP's branch and bound, counted work (its solution and bound do
+ * not depend on the machine): simplex iterations times nonzeros, and
+ * nodes. On bench_ilp's gpt2-tiny and llama-tiny points it raises the
+ * relaxation's bound by 0.1-0.3%, and at 5 of their 10 points its
+ * solution leads to a faster plan than the exact model's relaxation
+ * point does; 2,000 nodes took 2-8 times as long, for plans faster at 4
+ * of the 10 by at most 0.3% and slower at one by 1.0%. Only on graphs
+ * of at most HOMES_MILP_OPS ops: unet's exact model (216 ops, 152,909
+ * nonzeros) took 15,857 simplex iterations for its relaxation (22.4 ->
+ * 34.4 s CPU at bench_ilp's f = 0), and its tree about 1 s a node, with
+ * no solution at f = 0 to 0.75 (docs/PLANNING.md section 3, "The MILP
+ * over homes"). */
+#define HOMES_MILP_WORK 1e8
+#define HOMES_MILP_NODES 100
+#define HOMES_MILP_OPS 200
+
+/* The bound model at budget solved: exact, as a MILP (hs->integral and
+ * hs->exact_point answered), else its relaxation (hs->point); its bound
+ * (0: none claimed). */
+static double solve_bound(const Graph *g, const Device *d, int64_t budget, bool exact, HomesSolve *hs) {
   Ilp md;
   Err e;
-  if (ilp_build_homes_bound(&md, g, d, budget, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, &e)) return 0;
+  if (ilp_build_homes_bound(&md, g, d, budget, g->nops <= ILP_FULL_OPS ? 0 : ILP_DEPTH, exact, &e)) return 0;
   double bound = 0;
   if (covers_homes(&md)) {
     /* The queue rows go in lazily, as in the ilp's relaxation: each is
-     * in once the point violates it, so the optimum meets them all. */
-    MilpOptions mo = {.solver = "glpk", .quiet = true, .lp_only = true, .lazy_first = md.queue_rows[0],
-                      .lazy_end = md.queue_rows[1],
-                      .lp_iterations = (long)(HOMES_BOUND_LP_WORK / fmax(1, (double)(md.m.nnz - md.queue_nnz)))};
+     * in once the point violates it, so the optimum meets them all (and
+     * all are in before a tree). */
+    long lp_iterations = (long)(HOMES_BOUND_LP_WORK / fmax(1, (double)(md.m.nnz - md.queue_nnz)));
+    MilpOptions mo = {.solver = "glpk", .quiet = true, .lp_only = !exact, .lazy_first = md.queue_rows[0],
+                      .lazy_end = md.queue_rows[1], .lp_iterations = lp_iterations, .node_limit = HOMES_MILP_NODES,
+                      .tree_iterations = (long)fmax(1, HOMES_MILP_WORK / fmax(1, (double)md.m.nnz))};
     MilpResult r;
     if (milp_solve(&md.m, &mo, &r, &e) == 0) {
-      /* Its optimum, or what the count left proven (milp.c's partial
-       * bound, 0 where none); infeasible: no claim. */
-      if ((r.status == MILP_FEASIBLE || r.status == MILP_NO_SOLUTION) && isfinite(r.bound)) bound = r.bound;
-      if (point && r.status == MILP_FEASIBLE) round_point(&md, r.lp_x, point), *rounded = true;
-      *iterations += r.simplex_iterations;
+      bool relaxed = !isnan(r.lp_x[md.m.ncols]);
+      /* The relaxation's optimum, or the tree's bound over the integral
+       * vectors (at least that), or what the count left proven (milp.c's
+       * partial bound, 0 where none); infeasible: no claim. */
+      if (r.status != MILP_INFEASIBLE && r.status != MILP_FAILED && isfinite(r.bound)) bound = r.bound;
+      Decision *point = exact ? hs->exact_point : hs->point;
+      if (point && relaxed && r.status != MILP_INFEASIBLE) {
+        round_point(&md, r.lp_x, point);
+        *(exact ? &hs->exact_rounded : &hs->rounded) = true;
+      }
+      if (exact && (r.status == MILP_OPTIMAL || r.status == MILP_FEASIBLE)) {
+        round_point(&md, r.x, hs->integral);
+        hs->solved = true, hs->optimal = r.status == MILP_OPTIMAL, hs->objective = r.objective;
+      }
+      hs->simplex_iterations += r.simplex_iterations, hs->nodes += r.nodes;
       milp_result_free(&r);
     }
   }
   ilp_free(&md);
   return bound;
+}
+
+double plan_ilp_homes_bound(const Graph *g, const Device *d, int64_t budget, HomesSolve *hs) {
+  hs->rounded = hs->exact_rounded = hs->solved = hs->optimal = false;
+  hs->lp_bound = hs->milp_bound = hs->objective = 0;
+  /* Where copies take a share of the compute stream the window rows are
+   * not bounds of the queues (docs/PLANNING.md section 4); on a
+   * unified_memory device nothing is homed. */
+  if (d->unified_memory || d->copy_compute_share > 0) return 0;
+  hs->lp_bound = solve_bound(g, d, budget, false, hs);
+  if (hs->integral && g->nops <= HOMES_MILP_OPS) hs->milp_bound = solve_bound(g, d, budget, true, hs);
+  return fmax(hs->lp_bound, hs->milp_bound);
 }
 
 /* ------------------------------------------------------------ the search over homes */

@@ -133,6 +133,7 @@ typedef struct Ilp {
   int *xgrad, *xcopy;       /* per op: the grad whose X runs it on the host, its copy's index in hcopy[0]; -1 */
   bool homes;               /* the home columns are built (ilp_build_with_homes) */
   bool bound_only;          /* ... relaxed for a bound of the family at a budget (ilp_build_homes_bound) */
+  bool bound_exact;         /* ... with its memory rows the evaluated model's and every op a window end */
   HomeCopy *hcopy[2];       /* per stream, the home copies in queue order (issue op, due op, tensor, window) */
   int nhcopy[2];
   int *hdue_first[2], *hdue[2]; /* per stream and op b: the indices into hcopy due at b */
@@ -261,9 +262,14 @@ int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Er
  * optimum bounds the objective of every decision vector of the family
  * that fits (homes, host optimizers and activations together): the
  * windows count the home copies and the host stream has rows
- * (ilp_build_home_windows); F's early need and X's extension are left
- * out (homes.c). Only its relaxation is solved. */
-int ilp_build_homes_bound(Ilp *md, const Graph *g, const Device *d, int64_t budget, int depth, Err *e);
+ * (ilp_build_home_windows). Not `exact`: F's early need and X's
+ * extension are left out (homes.c) and the windows end at a grid of ops,
+ * for a cheaper relaxation. `exact`: both terms in, so that its memory
+ * rows are the evaluated model's, and every op ends windows, so that its
+ * stall rows differ from the evaluation only by the windows' static
+ * approximations; what plan_ilp_homes_bound solves as a MILP
+ * (docs/PLANNING.md section 3, "The MILP over homes"). */
+int ilp_build_homes_bound(Ilp *md, const Graph *g, const Device *d, int64_t budget, int depth, bool exact, Err *e);
 
 /* ------------------------------------------------------------ memory.c */
 

@@ -674,10 +674,11 @@ static void pack_for_eval(Ilp *md) {
 }
 
 static int build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, bool homes,
-                 bool bound_only, Err *e) {
+                 bool bound_only, bool bound_exact, Err *e) {
   memset(md, 0, sizeof *md);
   md->homes = homes;
   md->bound_only = bound_only;
+  md->bound_exact = bound_exact;
   md->depth = depth;
   md->g = g;
   md->d = d;
@@ -710,13 +711,13 @@ oom:
 }
 
 int ilp_build(Ilp *md, const Graph *g, const Device *d, int64_t budget, bool min_memory, int depth, Err *e) {
-  return build(md, g, d, budget, min_memory, depth, false, false, e);
+  return build(md, g, d, budget, min_memory, depth, false, false, false, e);
 }
 
 int ilp_build_with_homes(Ilp *md, const Graph *g, const Device *d, int depth, Err *e) {
-  return build(md, g, d, INT64_MAX / 4, false, depth, true, false, e);
+  return build(md, g, d, INT64_MAX / 4, false, depth, true, false, false, e);
 }
 
-int ilp_build_homes_bound(Ilp *md, const Graph *g, const Device *d, int64_t budget, int depth, Err *e) {
-  return build(md, g, d, budget, false, depth, true, true, e);
+int ilp_build_homes_bound(Ilp *md, const Graph *g, const Device *d, int64_t budget, int depth, bool exact, Err *e) {
+  return build(md, g, d, budget, false, depth, true, true, exact, e);
 }

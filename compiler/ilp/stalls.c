@@ -508,6 +508,9 @@ void ilp_build_home_windows(Ilp *md) {
   if (!cp || !tm.acc || !tm.in || !tm.col || !cols || !vals || !latest || !point) md->failed = true;
   for (int i = 0, k = 0; !md->failed && i < n; i++) /* the first op whose end reaches each k-th of the compute */
     for (; k < HOME_WINDOW_POINTS && md->t_end[i] > md->t_end[n - 1] * k / HOME_WINDOW_POINTS; k++) point[i] = 1;
+  /* The exact model's windows end at every op: only their static
+   * approximations are left between them and the queues. */
+  for (int i = 0; md->bound_exact && i < n; i++) point[i] = 1;
   for (int s = 0; s < 2 && !md->failed; s++) {
     int k = stream_copies(md, s, cp);
     home_windows(md, s, cp, k, &tm, cols, vals, point, latest);
