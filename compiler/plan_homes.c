@@ -414,6 +414,23 @@ static void search_prefix(Search *s, int k, int64_t home_bytes, int64_t least) {
   if (s->best_step < 0 || !plan_past_deadline(s->o)) try_homes(s, k, home_bytes, least);
 }
 
+/* The device time of every op once: no plan with every op on the device
+ * steps faster (plan_homes_bound_us). */
+static double ops_seconds(const Graph *g, const Device *d) {
+  double ops = 0;
+  for (int i = 0; i < g->nops; i++) ops += cost_op_seconds(g, d, i);
+  return ops;
+}
+
+/* The same less the ops DEC runs on the host: no plan with DEC's host
+ * optimizer ops steps faster, whatever its activations. */
+static double device_ops_seconds(const Graph *g, const Device *d, const Decision *dec) {
+  double ops = ops_seconds(g, d);
+  for (int t = 0; t < g->ntensors; t++)
+    if (dec[t] == DEC_HOST_OPTIMIZER) ops -= cost_op_seconds(g, d, plan_host_optimizer_op(g, t));
+  return ops;
+}
+
 /* The ilp met the budget with every resident on the device (DEC, its run
  * SI). Its decisions with the first k candidates host-homed (every
  * optimizer state, then half as many, and so on down to one: the largest
@@ -445,14 +462,6 @@ static double host_twin(Search *s, const Decision *dec, const SolverInfo *si, in
   return device_step;
 }
 
-/* The device time of every op once: no plan with every op on the device
- * steps faster (plan_homes_bound_us). */
-static double ops_seconds(const Graph *g, const Device *d) {
-  double ops = 0;
-  for (int i = 0; i < g->nops; i++) ops += cost_op_seconds(g, d, i);
-  return ops;
-}
-
 /* The start that the path below the ilp's smallest budget and the search
  * from an ilp plan that re-runs or stalls share: one candidate host-homed
  * over the ilp's decisions DEC (its run SI; its plan's arena DEVICE_ARENA
@@ -468,15 +477,24 @@ static double ops_seconds(const Graph *g, const Device *d) {
  * same activations (its step less DEVICE_STEP), the solve is not paid for
  * (gpt2-124m at f = 0: 2.2 ms of re-runs and stalls against the home's
  * 4.8 ms; the solve's plan was 18.3 ms against the device plan's 14.3).
+ * Nor where every plan it judges is slower than BEAT, the best plan
+ * the caller has (the host twin's, in the path below): with the one
+ * candidate homed, the ops whose whole optimizer state it is are the only
+ * ones a plan may run on the host, so the others' device time bounds each
+ * plan's step (llama-tiny on h100-sxm-80g at f = 0: a 3 CPU s solve for
+ * 615.9 us against the twin's 485.9).
  * The search over homes goes on from the best plan either way. BYTES[1]:
  * the candidate's host bytes. */
-static void one_home(Search *s, const Decision *dec, int64_t device_arena, double device_step, const SolverInfo *si,
-                     const int64_t *bytes) {
+static void one_home(Search *s, const Decision *dec, int64_t device_arena, double device_step, double beat,
+                     const SolverInfo *si, const int64_t *bytes) {
   int64_t budget = s->o->budget_bytes;
   memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
   int64_t arena = judge_homes(s, 1, si);
   double gain = device_step - ops_seconds(s->g, s->d), cost = s->last_step - device_step;
-  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain)
+  memcpy(s->alt, s->act, (size_t)s->g->ntensors * sizeof *s->alt);
+  host_optimizer_all(s->g, s->alt);
+  bool may_beat = device_ops_seconds(s->g, s->d, s->alt) < beat;
+  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain && may_beat)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget, &(int64_t){0});
 }
 
@@ -666,7 +684,7 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
       Search below = s;
       below.best = best, below.best_step = -1, below.last_k = -1;
       below.work = (SolverInfo){0};
-      one_home(&below, dec, device_arena, device_step, si, bytes);
+      one_home(&below, dec, device_arena, device_step, s.best_step, si, bytes);
       prefixes(&below, nhost, nopt_host, bytes, o->budget_bytes, true);
       if (below.best_step >= 0) model_search(&below, NULL);
       plan_add_work(&s.work, &below.work);
@@ -688,7 +706,7 @@ static int decide_placed(const Graph *g, const Device *d, const PlanOptions *o, 
      * 642.6 us at m, 690.9 at m + 1%, 11.9% over, where the search gives
      * 609.0; docs/PLANNING.md 1.2). */
     bool small = refine_units(g, d, NULL) >= 0, slowed = ncand > 0 && device_step > ops_seconds(g, d);
-    if (slowed && !twin_won) one_home(&s, dec, device_arena, device_step, si, bytes); /* else the path below's start */
+    if (slowed && !twin_won) one_home(&s, dec, device_arena, device_step, s.best_step, si, bytes); /* else the path below's start */
     if (slowed || (ncand > 0 && !small)) model_search(&s, NULL);
     if (small) model_search(&s, dec);
     refine(&s);
