@@ -238,21 +238,25 @@ enum { GOAL_TIME = 0, GOAL_MEMORY = 1, GOAL_QUICK = 2, GOAL_NO_PROOF = 4, GOAL_D
 typedef struct Warm {
   int *basis;
   int nrows, ncols, nnz;
+  int64_t host_limit; /* the model's (limit_host) */
 } Warm;
 
 /* Within one planning run (plan_ilp_bases_enter/leave: the homes rule's
- * many ilp runs) the last optimal basis of each model shape carries from
- * one run to the next, as from round to round, for the models whose
+ * many ilp runs) the last optimal basis of each model carries from one
+ * run to the next, as from round to round, for the models whose
  * relaxation is the whole proof (no tree): the homes rule solves the same
- * model at other activation budgets and host memories, which change
- * column bounds only (llama80-32k of bench/bench_large.sh at its smallest
+ * homes at other activation budgets, which change the memory columns'
+ * bounds only (llama80-32k of bench/bench_large.sh at its smallest
  * budget: a relaxation that stopped at its count after 66.5 s finished in
- * 142 dual iterations, 1.4 s, from the run before it). Not where a tree
- * follows: it starts from the relaxation's vertex, which a warm start can
- * move among equal optima (encdec-4 seed 2 of bench/gen_graph.py at f =
- * 0.1: 1,870.8 -> 1,873.1 us). Per thread, so that runs on other threads
- * never see each other's bases and a plan stays a function of its
- * inputs. */
+ * 142 dual iterations, 1.4 s, from the run before it). A model is its
+ * shape and its host memory: from a run with other homes (less host
+ * memory) the warm start's vertex led elsewhere (llama3-8b at bench_ilp's
+ * f = 0, the one-home solve from the all-device one's basis: 617,753 ->
+ * 633,678 us). Not where a tree follows: it starts from the relaxation's
+ * vertex, which a warm start can move among equal optima (encdec-4 seed 2
+ * of bench/gen_graph.py at f = 0.1: 1,870.8 -> 1,873.1 us). Per thread,
+ * so that runs on other threads never see each other's bases and a plan
+ * stays a function of its inputs. */
 #define ILP_RUN_BASES 4
 static _Thread_local Warm run_bases[ILP_RUN_BASES];
 static _Thread_local int run_depth;
@@ -264,21 +268,22 @@ void plan_ilp_bases_leave(void) {
   for (int i = 0; i < ILP_RUN_BASES; i++) free(run_bases[i].basis), run_bases[i] = (Warm){.basis = NULL};
 }
 
-/* The basis kept for MODEL's shape, or NULL. */
-static const int *warm_basis(const Warm *warm, int nwarm, const MilpModel *model) {
+static bool same_model(const Warm *w, const Ilp *md) {
+  return w->nrows == md->m.nrows && w->ncols == md->m.ncols && w->nnz == md->m.nnz && w->host_limit == md->host_limit;
+}
+
+/* The basis kept for MD's model, or NULL. */
+static const int *warm_basis(const Warm *warm, int nwarm, const Ilp *md) {
   for (int i = 0; i < nwarm; i++)
-    if (warm[i].basis && warm[i].nrows == model->nrows && warm[i].ncols == model->ncols && warm[i].nnz == model->nnz)
-      return warm[i].basis;
+    if (warm[i].basis && same_model(&warm[i], md)) return warm[i].basis;
   return NULL;
 }
 
-/* BASIS (taken) as the one kept for MODEL's shape: in that shape's slot,
+/* BASIS (taken) as the one kept for MD's model: in that model's slot,
  * else an empty one, else the first (the oldest: slots fill in order). */
-static void keep_basis(Warm *warm, int nwarm, const MilpModel *model, int *basis) {
+static void keep_basis(Warm *warm, int nwarm, const Ilp *md, int *basis) {
   int at = 0;
-  while (at < nwarm && warm[at].basis &&
-         !(warm[at].nrows == model->nrows && warm[at].ncols == model->ncols && warm[at].nnz == model->nnz))
-    at++;
+  while (at < nwarm && warm[at].basis && !same_model(&warm[at], md)) at++;
   if (at == nwarm) {
     at = nwarm - 1;
     free(warm[0].basis);
@@ -286,7 +291,7 @@ static void keep_basis(Warm *warm, int nwarm, const MilpModel *model, int *basis
   } else {
     free(warm[at].basis);
   }
-  warm[at] = (Warm){.basis = basis, .nrows = model->nrows, .ncols = model->ncols, .nnz = model->nnz};
+  warm[at] = (Warm){.basis = basis, .nrows = md->m.nrows, .ncols = md->m.ncols, .nnz = md->m.nnz, .host_limit = md->host_limit};
 }
 
 /* 0: solved (best->ok when something fits; *relaxed when the LP
@@ -396,8 +401,8 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
    * rows (45% of gpt2-1558m's nonzeros) go in lazily (milp.c), and the count
    * is over the rest. */
   bool carried = no_tree && run;
-  const int *basis = own ? warm_basis(own, 1, &md.m) : NULL;
-  if (!basis && carried) basis = warm_basis(run, ILP_RUN_BASES, &md.m);
+  const int *basis = own ? warm_basis(own, 1, &md) : NULL;
+  if (!basis && carried) basis = warm_basis(run, ILP_RUN_BASES, &md);
   bool warm_start = basis != NULL;
   bool lazy = no_tree && !warm_start; /* a basis has every row in */
   loose = no_tree && !recompute_only_fits && !(goal & GOAL_MEMORY) ? loose_bounds(&md, limit, keep_all_peak) : NULL;
@@ -421,10 +426,10 @@ static int solve_at(const Graph *g, const Device *d, const PlanOptions *o, int64
   if (r.basis && carried) {
     size_t size = ((size_t)md.m.nrows + md.m.ncols) * sizeof *r.basis;
     int *copy = util_xcalloc(size + 1, 1);
-    if (copy) keep_basis(run, ILP_RUN_BASES, &md.m, memcpy(copy, r.basis, size));
+    if (copy) keep_basis(run, ILP_RUN_BASES, &md, memcpy(copy, r.basis, size));
   }
   if (r.basis && own) {
-    keep_basis(own, 1, &md.m, r.basis);
+    keep_basis(own, 1, &md, r.basis);
     r.basis = NULL;
   }
   if (r.status == MILP_FAILED) {
