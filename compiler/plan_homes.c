@@ -422,10 +422,9 @@ static double ops_seconds(const Graph *g, const Device *d) {
   return ops;
 }
 
-/* The same less the ops DEC runs on the host: no plan with DEC's host
- * optimizer ops steps faster, whatever its activations. */
-static double device_ops_seconds(const Graph *g, const Device *d, const Decision *dec) {
-  double ops = ops_seconds(g, d);
+/* OPS (ops_seconds) less the ops DEC runs on the host: no plan with
+ * DEC's host optimizer ops steps faster, whatever its activations. */
+static double device_ops_seconds(const Graph *g, const Device *d, double ops, const Decision *dec) {
   for (int t = 0; t < g->ntensors; t++)
     if (dec[t] == DEC_HOST_OPTIMIZER) ops -= cost_op_seconds(g, d, plan_host_optimizer_op(g, t));
   return ops;
@@ -490,11 +489,11 @@ static void one_home(Search *s, const Decision *dec, int64_t device_arena, doubl
   int64_t budget = s->o->budget_bytes;
   memcpy(s->act, dec, (size_t)s->g->ntensors * sizeof *s->act);
   int64_t arena = judge_homes(s, 1, si);
-  double gain = device_step - ops_seconds(s->g, s->d), cost = s->last_step - device_step;
+  double ops = ops_seconds(s->g, s->d), gain = device_step - ops, cost = s->last_step - device_step;
+  if (device_arena < 0 || arena < 0 || arena >= device_arena || cost >= gain) return;
   memcpy(s->alt, s->act, (size_t)s->g->ntensors * sizeof *s->alt);
   host_optimizer_all(s->g, s->alt);
-  bool may_beat = device_ops_seconds(s->g, s->d, s->alt) < beat;
-  if (device_arena >= 0 && arena >= 0 && arena < device_arena && cost < gain && may_beat)
+  if (device_ops_seconds(s->g, s->d, ops, s->alt) < beat)
     descend(s, 1, bytes[1], budget + (device_arena - arena), budget, &(int64_t){0});
 }
 

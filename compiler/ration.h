@@ -625,8 +625,9 @@ int plan_ilp_eval_check(const Graph *g, const Device *d, PlanIlpModel model, con
 int plan_ilp_pair_step(const Graph *g, const Device *d, int64_t budget, const Decision *dec, const Decision *prefer,
                        Decision *out, double *objective, Err *e);
 /* Between plan_ilp_bases_enter and its leave (on one thread), each ilp
- * run starts its relaxation from the last optimal basis of a model of the
- * same shape that an earlier run there solved. */
+ * run on a model with no tree starts its relaxation from the last optimal
+ * basis of the same model (its shape and host memory) that an earlier run
+ * there solved. */
 void plan_ilp_bases_enter(void);
 void plan_ilp_bases_leave(void);
 /* The repair of a fragmentation round's answer (docs/PLANNING.md 5 step 7)
